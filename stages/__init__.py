@@ -1,0 +1,2 @@
+"""Pipeline stages (one module each, runnable as ``python -m stages.<name>``) and their
+building blocks (sub-packages named for what they are)."""

@@ -1,0 +1,1 @@
+"""Training objectives of the five papers, as pure functions of two embedding views."""

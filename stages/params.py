@@ -1,0 +1,360 @@
+"""The schema of params.yaml, the pipeline's single source of truth.
+
+Every entry point (each stage CLI, the Snakefile, the DVC pipeline generator) loads params through
+``load_params``, which validates the whole file before any work starts and reports every problem
+in one message, each naming its key path and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+from stages.objectives.registry import OBJECTIVES_BY_NAME, ObjectiveConfig
+from stages.objectives.temperature import TemperatureSchedule
+
+DEFAULT_PARAMS = Path("params.yaml")
+# Names that become parts of file paths and of experiment names: keep them path- and CLI-safe.
+Key = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
+Fraction = Annotated[float, Field(gt=0, lt=1)]
+
+POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_mean")
+Pooler = Literal["cls", "cls_before_pooler", "mean", "first_last_mean"]
+
+STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+SentEvalTask = Literal[
+    "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
+    "MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC",
+]  # fmt: skip
+
+
+class ParamsError(ValueError):
+    """params.yaml is invalid; the message lists every problem with its key path."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataParams(Section):
+    source: Literal["remote", "local"] = Field(
+        "remote",
+        description="remote: canonical public URLs; local: copy from local_dir (offline machines)",
+    )
+    local_dir: str = Field(
+        "../shared/data",
+        description="folder with corpus/, senteval/downstream/, sts_raw/ (env CSE_DATA_DIR wins)",
+    )
+    corpus: Literal["wiki1m", "wiki1m_head_11913", "wiki1m_random10k_seed42"] = Field(
+        "wiki1m", description="training corpus, one sentence per line (see stages/data_manifest)"
+    )
+    max_sentences: PositiveInt | None = Field(
+        None, description="train on the first N sentences only (smoke tests, quick looks)"
+    )
+
+    def resolved_local_dir(self) -> Path:
+        return Path(os.environ.get("CSE_DATA_DIR", self.local_dir))
+
+
+class TripletsParams(Section):
+    short_mask_rate: Fraction = Field(0.2, description="masking rate of s' (one contiguous span)")
+    long_mask_rate: Fraction = Field(0.4, description="masking rate of s'' (s' span enlarged)")
+    unit: Literal["token", "word"] = Field(
+        "token", description="masked unit: the backbone tokenizer's tokens, or words"
+    )
+    replacement: Literal["mask", "delete"] = Field(
+        "mask", description="mask: one mask token per masked unit; delete: drop masked units"
+    )
+    min_words: PositiveInt = Field(25, description="sentences with fewer words get no triplet")
+    seed: int = 42
+
+    @model_validator(mode="after")
+    def _long_span_contains_short_span(self) -> Self:
+        if self.long_mask_rate <= self.short_mask_rate:
+            raise ValueError(
+                f"long_mask_rate ({self.long_mask_rate}) must exceed short_mask_rate "
+                f"({self.short_mask_rate}): s'' enlarges the masked span of s'"
+            )
+        return self
+
+
+class SamParams(Section):
+    enabled: bool = False
+    rho: PositiveFloat = Field(0.05, description="neighbourhood radius (SAM's default)")
+    adaptive: bool = False
+
+
+class TrainParams(Section):
+    epochs: PositiveInt = 1
+    max_steps: PositiveInt | None = Field(None, description="stop after this many updates")
+    batch_size: PositiveInt = 64
+    max_seq_length: PositiveInt = 32
+    learning_rate: PositiveFloat = 3e-5
+    lr_schedule: Literal["linear", "constant"] = "linear"
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    weight_decay: NonNegativeFloat = 0.0
+    adam_betas: tuple[Fraction, Fraction] = (0.9, 0.999)
+    adam_epsilon: PositiveFloat = 1e-8
+    max_grad_norm: PositiveFloat | None = Field(1.0, description="clip; null disables")
+    dropout: Annotated[float, Field(ge=0, lt=1)] | None = Field(
+        None, description="hidden and attention dropout; null keeps the backbone's (0.1)"
+    )
+    pooler: Pooler = Field("cls", description="training representation; cls = [CLS] + MLP head")
+    eval_pooler: Pooler = Field(
+        "cls_before_pooler", description="representation used by every evaluator"
+    )
+    eval_steps: PositiveInt = Field(125, description="STS-B dev evaluation interval (updates)")
+    checkpoint_steps: PositiveInt = Field(500, description="resumable checkpoint interval")
+    log_steps: PositiveInt = 10
+    sam: SamParams = SamParams()
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast on GPU, fp32 on CPU; objectives always in fp32"
+    )
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    compile: bool = False
+    gradient_checkpointing: bool = False
+    gather_negatives: bool = Field(
+        True, description="with several GPUs, use every rank's batch as negatives"
+    )
+
+
+class SentEvalParams(Section):
+    data_dir: str = Field("data/senteval", description="SentEval layout root (has downstream/)")
+    tasks: tuple[SentEvalTask, ...] = STS_TASKS + TRANSFER_TASKS  # type: ignore[assignment]
+    mode: Literal["fasttest", "test"] = Field(
+        "test", description="SimCSE's classifier settings: fasttest (k=5) or test (k=10)"
+    )
+    batch_size: PositiveInt = 128
+    seed: int = 1111
+
+
+class MtebParams(Section):
+    enabled: bool = True
+    tasks: str | tuple[str, ...] = Field(
+        "sts", description="a named set (sts, simace56) or a list of MTEB task names"
+    )
+    local_data: bool = Field(
+        True, description="feed STS12-16 and STS-B from data/sts_raw instead of the hub"
+    )
+    batch_size: PositiveInt = 128
+
+
+class ReportParams(Section):
+    baseline_method: Key | None = Field(
+        "simcse", description="significance tests compare each method against this one"
+    )
+
+
+class RandomInit(Section):
+    """A randomly initialised encoder of the backbone's architecture (tests, timing)."""
+
+    hidden_size: PositiveInt = 64
+    num_hidden_layers: PositiveInt = 2
+    num_attention_heads: PositiveInt = 2
+    intermediate_size: PositiveInt = 128
+
+
+class BackboneParams(Section):
+    model: str = Field(description="Hugging Face model id or local directory")
+    revision: str = Field("main", description="hub revision (a commit hash pins the weights)")
+    random_init: RandomInit | None = Field(
+        None, description="ignore the weights and initialise this size randomly"
+    )
+
+
+class MethodOverride(Section):
+    """Hyperparameters that differ for one backbone (the papers' per-backbone tables)."""
+
+    objective: dict[str, Any] = {}
+    temperature: dict[str, Any] = {}
+    train: dict[str, Any] = {}
+
+
+class MethodParams(Section):
+    description: str = ""
+    objective: ObjectiveConfig
+    temperature: TemperatureSchedule = TemperatureSchedule()
+    train: dict[str, Any] = Field({}, description="overrides of the train section")
+    per_backbone: dict[Key, MethodOverride] = {}
+
+
+class ExperimentGroup(Section):
+    """One cross product of the matrix: every method on every backbone with every seed."""
+
+    methods: tuple[Key, ...] = Field(min_length=1)
+    backbones: tuple[Key, ...] = Field(min_length=1)
+    seeds: tuple[int, ...] = Field((42,), min_length=1)
+
+
+class BaselineParams(Section):
+    """An untrained encoder evaluated as is (the papers' 'BERT first-last avg.' rows)."""
+
+    backbone: Key
+    pooler: Pooler = "first_last_mean"
+
+
+class ResolvedMethod(Section):
+    """A method's hyperparameters on one backbone, per-backbone overrides applied."""
+
+    objective: ObjectiveConfig
+    temperature: TemperatureSchedule
+    train: TrainParams
+
+
+class Params(Section):
+    data: DataParams = DataParams()
+    triplets: TripletsParams = TripletsParams()
+    train: TrainParams = TrainParams()
+    senteval: SentEvalParams = SentEvalParams()
+    mteb: MtebParams = MtebParams()
+    report: ReportParams = ReportParams()
+    backbones: dict[Key, BackboneParams] = Field(min_length=1)
+    methods: dict[Key, MethodParams] = Field(min_length=1)
+    experiments: tuple[ExperimentGroup, ...] = Field(min_length=1)
+    baselines: dict[Key, BaselineParams] = {}
+
+    @model_validator(mode="after")
+    def _references_and_overrides_resolve(self) -> Self:
+        problems: list[str] = []
+        for g, group in enumerate(self.experiments):
+            problems += _unknown(f"experiments.{g}.methods", group.methods, self.methods)
+            problems += _unknown(f"experiments.{g}.backbones", group.backbones, self.backbones)
+        for name, baseline in self.baselines.items():
+            problems += _unknown(f"baselines.{name}.backbone", [baseline.backbone], self.backbones)
+        for name, method in self.methods.items():
+            problems += _unknown(
+                f"methods.{name}.per_backbone", method.per_backbone, self.backbones
+            )
+            for backbone in [None, *method.per_backbone]:
+                try:
+                    self.resolve(name, backbone)
+                except ValidationError as err:
+                    where = f"methods.{name}" + (f".per_backbone.{backbone}" if backbone else "")
+                    problems += _describe(err, prefix=where, root=ResolvedMethod)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def resolve(self, method: str, backbone: str | None) -> ResolvedMethod:
+        """The method's objective, schedule and train settings on ``backbone``."""
+        m = self.methods[method]
+        override = m.per_backbone.get(backbone) if backbone else None
+        resolved = {
+            "objective": _merge(m.objective.model_dump(), override and override.objective),
+            "temperature": _merge(m.temperature.model_dump(), override and override.temperature),
+            "train": _merge(
+                _merge(self.train.model_dump(), m.train), override and override.train
+            ),
+        }
+        return ResolvedMethod.model_validate(resolved)
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any] | None) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in (update or {}).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _unknown(path: str, names: Iterable[str], known: dict[str, Any]) -> list[str]:
+    allowed = ", ".join(sorted(known)) or "(none defined)"
+    return [f"{path}: unknown name '{n}'; defined: {allowed}" for n in names if n not in known]
+
+
+def _describe(err: ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> list[str]:
+    """One line per problem: the dotted key path, what is wrong, and what is allowed."""
+    lines = []
+    for e in err.errors(include_url=False):
+        loc = e["loc"]
+        shown = [str(p) for i, p in enumerate(loc) if not _is_objective_tag(loc, i)]
+        path = ".".join(([prefix] if prefix else []) + shown) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            allowed = _fields_at(root or Params, loc[:-1])
+            msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        elif e["type"] not in ("missing", "value_error") and "input" in e:
+            msg += f" (got {e['input']!r})"
+        lines.append(f"{path}: {msg}")
+    return lines
+
+
+def _is_objective_tag(loc: tuple[Any, ...], i: int) -> bool:
+    # pydantic inserts the tag of a discriminated union into the location; it is noise here.
+    return i > 0 and loc[i - 1] == "objective" and loc[i] in OBJECTIVES_BY_NAME
+
+
+def _fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the model found by following ``loc`` from ``root`` (for hints)."""
+    ann: Any = root
+    for i, part in enumerate(loc):
+        ann = _unwrap(ann)
+        if _is_objective_tag(loc, i):
+            ann = OBJECTIVES_BY_NAME[part]
+        elif get_origin(ann) is dict:
+            ann = get_args(ann)[1]
+        elif get_origin(ann) is tuple:
+            ann = get_args(ann)[0]
+        elif isinstance(ann, type) and issubclass(ann, BaseModel) and part in ann.model_fields:
+            ann = ann.model_fields[part].annotation
+        else:
+            return []
+    ann = _unwrap(ann)
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return list(ann.model_fields)
+    return []
+
+
+def _unwrap(ann: Any) -> Any:
+    """Strip Annotated[...] and Optional[...] down to the underlying type."""
+    while True:
+        if get_origin(ann) is Annotated:
+            ann = get_args(ann)[0]
+        elif get_origin(ann) in (Union, UnionType) and type(None) in get_args(ann):
+            rest = [a for a in get_args(ann) if a is not type(None)]
+            ann = rest[0] if len(rest) == 1 else Union[tuple(rest)]  # noqa: UP007
+        else:
+            return ann
+
+
+def parse_params(raw: Any, source: str = "params.yaml") -> Params:
+    """Validate an already-parsed params mapping; raise ParamsError listing every problem."""
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        problems = "\n".join(f"  - {line}" for line in _describe(err))
+        raise ParamsError(f"{source} is invalid:\n{problems}") from None
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: no such params file") from None
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: not valid YAML: {err}") from None
+    return parse_params(raw, source=str(path))
+
