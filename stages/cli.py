@@ -33,6 +33,7 @@ def run(main: Callable[[Sequence[str] | None], object]) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("interrupted: finished outputs are intact, partial ones were discarded",
-              file=sys.stderr)
+        print(
+            "interrupted: finished outputs are intact, partial ones were discarded", file=sys.stderr
+        )
         sys.exit(130)

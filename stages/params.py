@@ -260,9 +260,7 @@ class Params(Section):
         resolved = {
             "objective": _merge(m.objective.model_dump(), override and override.objective),
             "temperature": _merge(m.temperature.model_dump(), override and override.temperature),
-            "train": _merge(
-                _merge(self.train.model_dump(), m.train), override and override.train
-            ),
+            "train": _merge(_merge(self.train.model_dump(), m.train), override and override.train),
         }
         return ResolvedMethod.model_validate(resolved)
 
@@ -282,7 +280,9 @@ def _unknown(path: str, names: Iterable[str], known: dict[str, Any]) -> list[str
     return [f"{path}: unknown name '{n}'; defined: {allowed}" for n in names if n not in known]
 
 
-def _describe(err: ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> list[str]:
+def _describe(
+    err: ValidationError, prefix: str = "", root: type[BaseModel] | None = None
+) -> list[str]:
     """One line per problem: the dotted key path, what is wrong, and what is allowed."""
     lines = []
     for e in err.errors(include_url=False):
@@ -357,4 +357,3 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML: {err}") from None
     return parse_params(raw, source=str(path))
-

@@ -1,0 +1,1 @@
+"""Encoders: loading backbones, pooling token states into sentence vectors, checkpoints."""
