@@ -28,8 +28,13 @@ def sts_raw_dir() -> Path:
     return DATA / "sts_raw"
 
 
-def triplets_file(triplets_id: str) -> Path:
-    return DATA / "triplets" / f"{triplets_id}.parquet"
+def triplets_file(backbone: str) -> Path:
+    """Masked triplets for runs on ``backbone`` (token units use its tokenizer)."""
+    return DATA / "triplets" / f"{backbone}.parquet"
+
+
+def triplets_stats_file(backbone: str) -> Path:
+    return DATA / "triplets" / f"{backbone}.stats.json"
 
 
 def run_dir(run_id: str) -> Path:
