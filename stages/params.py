@@ -284,12 +284,22 @@ def _describe(
     err: ValidationError, prefix: str = "", root: type[BaseModel] | None = None
 ) -> list[str]:
     """One line per problem: the dotted key path, what is wrong, and what is allowed."""
+    errors = err.errors(include_url=False)
+    locs = [e["loc"] for e in errors]
     lines = []
-    for e in err.errors(include_url=False):
+    for e in errors:
         loc = e["loc"]
+        if e["type"] == "too_short" and any(o[: len(loc)] == loc and o != loc for o in locs):
+            continue  # a container emptied by its failing items: the items' errors say why
+        if not loc and e["type"] == "value_error":
+            lines += e["msg"].removeprefix("Value error, ").splitlines()  # already have paths
+            continue
         shown = [str(p) for i, p in enumerate(loc) if not _is_objective_tag(loc, i)]
-        path = ".".join(([prefix] if prefix else []) + shown) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
+        if "[key]" in shown:
+            shown.remove("[key]")
+            msg = f"invalid name ({msg}: lowercase letters, digits, '-' and '_')"
+        path = ".".join(([prefix] if prefix else []) + shown) or "(top level)"
         if e["type"] == "extra_forbidden":
             allowed = _fields_at(root or Params, loc[:-1])
             msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
