@@ -12,14 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
+from stages import layout
+from stages.data_manifest import load_manifest
 from stages.params import BackboneParams, BaselineParams, Params, ResolvedMethod
 
 # Settings that change how a run executes but not what it computes; left out of the id.
 EXECUTION_ONLY_TRAIN_KEYS = frozenset({"device", "log_steps", "checkpoint_steps", "compile"})
 # Bump when a change to the code changes what every run computes (invalidates all run ids).
 ID_SCHEMA = 1
+STSB_DEV = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"
 
 
 def content_hash(payload: Any, length: int = 16) -> str:
@@ -39,8 +43,25 @@ def backbone_identity(spec: BackboneParams) -> dict[str, Any]:
     return spec.model_dump(mode="json")
 
 
+@cache
+def _manifest_checksums() -> dict[str, str | None]:
+    manifest = load_manifest()
+    return {f.path: f.sha256 for d in manifest.datasets.values() for f in d.files}
+
+
 def corpus_identity(params: Params) -> dict[str, Any]:
-    return {"corpus": params.data.corpus, "max_sentences": params.data.max_sentences}
+    """The training sentences, by content (the manifest checksum the download verified)."""
+    path = str(layout.corpus_file(params.data.corpus).relative_to(layout.DATA))
+    return {
+        "corpus": params.data.corpus,
+        "sha256": _manifest_checksums()[path],
+        "max_sentences": params.data.max_sentences,
+    }
+
+
+def dev_set_identity() -> str | None:
+    """STS-B dev selects the best checkpoint, so it is part of what determines a run."""
+    return _manifest_checksums()[STSB_DEV]
 
 
 def triplets_id(params: Params, backbone: str) -> str:
@@ -90,6 +111,7 @@ def make_run(params: Params, method: str, backbone: str, seed: int) -> Run:
         "seed": seed,
         "corpus": corpus_identity(params),
         "triplets": tid,
+        "dev_set": dev_set_identity(),
     }
     return Run(
         name=experiment_name(method, backbone, seed),

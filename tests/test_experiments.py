@@ -85,3 +85,21 @@ def test_backbone_revision_is_part_of_the_id() -> None:
     changed["backbones"]["minilm"]["revision"] = "0123abc"
     before, after = run_ids(MATRIX), run_ids(changed)
     assert {n for n in before if before[n] != after[n]} == {n for n in before if ".minilm." in n}
+
+
+def test_corpus_choices_are_the_manifests_corpora() -> None:
+    from typing import get_args
+
+    from stages.data_manifest import load_manifest
+    from stages.params import DataParams
+
+    corpora = {n for n, d in load_manifest().datasets.items() if d.output.startswith("corpus/")}
+    assert set(get_args(DataParams.model_fields["corpus"].annotation)) == corpora
+
+
+def test_run_identity_names_the_data_by_checksum() -> None:
+    run = next(iter(plan_runs(parse_params(MATRIX)).values()))
+    assert run.identity["corpus"]["sha256"] == (
+        "7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706"
+    )
+    assert len(run.identity["dev_set"]) == 64
