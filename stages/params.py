@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     StringConstraints,
@@ -75,16 +76,27 @@ class DataParams(Section):
 
 
 class TripletsParams(Section):
-    short_mask_rate: Fraction = Field(0.2, description="masking rate of s' (one contiguous span)")
-    long_mask_rate: Fraction = Field(0.4, description="masking rate of s'' (s' span enlarged)")
+    """ArcCSE's masked triplets (s, s', s''); the procedure is in stages/triplet_masking.py."""
+
+    short_mask_rate: Fraction = Field(
+        0.2, description="masked share of s in s' (one contiguous span), in units of s"
+    )
+    long_mask_rate: Fraction = Field(
+        0.4, description="masked share of s in s'' (the span of s' enlarged), in units of s"
+    )
     unit: Literal["token", "word"] = Field(
-        "token", description="masked unit: the backbone tokenizer's tokens, or words"
+        "token",
+        description="masked unit: the backbone tokenizer's tokens, or whitespace-separated words",
     )
-    replacement: Literal["mask", "delete"] = Field(
-        "mask", description="mask: one mask token per masked unit; delete: drop masked units"
+    replacement: Literal["mask_per_unit", "mask_per_span", "delete"] = Field(
+        "mask_per_unit",
+        description="mask_per_unit: one mask token per masked unit (keeps the length); "
+        "mask_per_span: one mask token for the whole span; delete: drop the masked units",
     )
-    min_words: PositiveInt = Field(25, description="sentences with fewer words get no triplet")
-    seed: int = 42
+    min_words: PositiveInt = Field(
+        25, description="sentences with fewer whitespace-separated words get no triplet"
+    )
+    seed: NonNegativeInt = Field(42, description="seeds the span positions of every line")
 
     @model_validator(mode="after")
     def _long_span_contains_short_span(self) -> Self:
