@@ -66,15 +66,11 @@ def dev_set_identity() -> str | None:
 
 def triplets_id(params: Params, backbone: str) -> str:
     """Content address of the masked-triplet file a run on ``backbone`` reads."""
-    tokenizer = backbone_identity(params.backbones[backbone])
-    tokenizer.pop("random_init", None)  # only the tokenizer matters to the triplets
-    return content_hash(
-        {
-            "corpus": corpus_identity(params),
-            "tokenizer": tokenizer,
-            "triplets": params.triplets.model_dump(mode="json"),
-        }
-    )
+    from stages.triplets import triplets_address
+
+    spec = params.backbones[backbone]
+    corpus_sha256 = corpus_identity(params)["sha256"] or params.data.corpus
+    return triplets_address(corpus_sha256, f"{spec.model}@{spec.revision}", params.triplets)
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
                 f"python -m stages.triplets --backbone {backbone} --corpus {corpus} "
                 f"--output {out}{p}",
                 deps=(corpus,),
-                params=("triplets", f"backbones.{backbone}", "data.max_sentences"),
+                params=("triplets", f"backbones.{backbone}"),
                 outs=(out, str(layout.triplets_stats_file(backbone))))
         )  # fmt: skip
 

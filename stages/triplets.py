@@ -49,7 +49,7 @@ def triplets_address(
     """A short hash naming the triplet file of this corpus, tokenizer and params.
 
     ``corpus_fingerprint``: anything that changes with the corpus bytes (its sha256, e.g. from
-    the data manifest or ``file_sha256``). ``tokenizer_identity``: anything that changes with
+    the data manifest). ``tokenizer_identity``: anything that changes with
     the backbone's tokenizer, e.g. ``f"{backbone.model}@{backbone.revision}"`` (cheap at DAG
     time; the stats record the tokenizer's own fingerprint). Used as
     ``data/triplets/<address>.parquet``.
@@ -62,10 +62,6 @@ def triplets_address(
     }
     canonical = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:ADDRESS_LENGTH]
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def tokenizer_fingerprint(tokenizer: MaskingTokenizer) -> str:
