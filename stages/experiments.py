@@ -66,7 +66,7 @@ def dev_set_identity() -> str | None:
 
 def triplets_id(params: Params, backbone: str) -> str:
     """Content address of the masked-triplet file a run on ``backbone`` reads."""
-    from stages.triplets import triplets_address
+    from stages.triplets import triplets_address  # imports transformers: only when needed
 
     spec = params.backbones[backbone]
     corpus_sha256 = corpus_identity(params)["sha256"] or params.data.corpus
