@@ -23,7 +23,7 @@ from pydantic import Field
 from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
 from stages.objectives.geometry import (
     SQUARED_DISTANCE_FLOOR,
-    cosine_matrix,
+    gram,
     normalize,
     off_diagonal,
     view_stats,
@@ -53,7 +53,7 @@ def uniformity_cross_view(cos: torch.Tensor, t: float) -> torch.Tensor:
 def uniformity_within_view(h: torch.Tensor, h_pos: torch.Tensor, t: float) -> torch.Tensor:
     """The released code's variant: within-view pairs, averaged over the two views, + 2t.
     (The mean over i < j equals the mean over i != j: the Gram matrix is symmetric.)"""
-    within = [log_mean_offdiagonal_exp(v @ v.T, t) for v in (h, h_pos)]
+    within = [log_mean_offdiagonal_exp(gram(v), t) for v in (h, h_pos)]
     return 2 * t + (within[0] + within[1]) / 2
 
 
@@ -94,14 +94,13 @@ class AlignUniform(ObjectiveParams):
         triplets: Triplets | None,
     ) -> LossOutput:
         h, h_pos = normalize(z), normalize(z_pos)
-        cos = h @ h_pos.T
-        align = alignment_term(cos.diagonal(), self.alpha)
+        align = alignment_term((h * h_pos).sum(-1), self.alpha)
         if self.implementation == "paper":
-            uniform = uniformity_cross_view(cos, self.t)
+            uniform = uniformity_cross_view(h @ h_pos.T, self.t)
         else:
             uniform = uniformity_within_view(h, h_pos, self.t)
         lam = self.uniformity_weight
-        stats = view_stats(cos) | {"alignment": align.detach(), "uniformity": uniform.detach()}
+        stats = view_stats(h, h_pos) | {"alignment": align.detach(), "uniformity": uniform.detach()}
         return LossOutput((1 - lam) * align + lam * uniform, stats)
 
 
@@ -127,8 +126,9 @@ class DCL(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
-        return LossOutput(dcl_per_anchor(cos, tau).mean(), view_stats(cos))
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        return LossOutput(dcl_per_anchor(cos, tau).mean(), view_stats(h, h_pos))
 
 
 class DCLPlus(ObjectiveParams):
@@ -152,7 +152,8 @@ class DCLPlus(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
         per_anchor = torch.relu(dcl_per_anchor(cos, tau))
-        stats = view_stats(cos) | {"active_fraction": (per_anchor.detach() > 0).float().mean()}
+        stats = view_stats(h, h_pos) | {"active_fraction": (per_anchor.detach() > 0).float().mean()}
         return LossOutput(per_anchor.mean(), stats)

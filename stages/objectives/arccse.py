@@ -21,7 +21,7 @@ import torch
 from pydantic import Field
 
 from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
-from stages.objectives.geometry import angle, cosine_matrix, row_cosines, view_stats
+from stages.objectives.geometry import angle, normalize, row_cosines, view_stats
 from stages.objectives.infonce import cross_entropy_per_anchor
 
 
@@ -67,9 +67,10 @@ class ArcCon(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
         loss = cross_entropy_per_anchor(arccon_logits(cos, tau, math.radians(self.margin_deg)))
-        return LossOutput(loss.mean(), view_stats(cos))
+        return LossOutput(loss.mean(), view_stats(h, h_pos))
 
 
 class ArcCSE(ObjectiveParams):
@@ -101,10 +102,11 @@ class ArcCSE(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
         loss = cross_entropy_per_anchor(arccon_logits(cos, tau, math.radians(self.margin_deg)))
         loss = loss.mean()
-        stats = view_stats(cos)
+        stats = view_stats(h, h_pos)
         if triplets is not None and triplets[0].size(0) > 0:
             hinge = triplet_per_example(*triplets, margin=self.triplet_margin)
             loss = loss + self.triplet_weight * hinge.mean()

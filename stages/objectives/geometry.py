@@ -15,6 +15,8 @@ Two guards keep gradients finite where the papers' formulas are singular:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -35,6 +37,24 @@ def normalize(x: torch.Tensor) -> torch.Tensor:
 def cosine_matrix(z: torch.Tensor, z_pos: torch.Tensor) -> torch.Tensor:
     """C[i, j] = cos(z_i, z'_j), computed in at least fp32 whatever the input dtype."""
     return normalize(z) @ normalize(z_pos).T
+
+
+class _Gram(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x @ x.T
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return (grad + grad.T) @ x
+
+
+def gram(x: torch.Tensor) -> torch.Tensor:
+    """X X^T (within-view similarities) whose backward, (dG + dG^T) X, is one matmul instead of
+    autograd's two."""
+    return _Gram.apply(x)
 
 
 def row_cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -68,7 +88,12 @@ def mean_off_diagonal(m: torch.Tensor) -> torch.Tensor:
     return (m.sum() - m.diagonal().sum()) / (n * (n - 1))
 
 
-def view_stats(cos: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Mean positive and negative cosine of a batch (detached 0-d tensors, no host sync)."""
-    cos = cos.detach()
-    return {"pos_cos": cos.diagonal().mean(), "neg_cos": mean_off_diagonal(cos)}
+def view_stats(h: torch.Tensor, h_pos: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Mean positive and negative cosine of normalized views, in O(N d) (no N x N matrix):
+    the negatives' sum is (sum_i h_i).(sum_j h'_j) minus the positives'. Detached 0-d tensors,
+    no host sync."""
+    h, h_pos = h.detach(), h_pos.detach()
+    n = h.size(0)
+    positives = (h * h_pos).sum(-1)
+    negatives = h.sum(0) @ h_pos.sum(0) - positives.sum()
+    return {"pos_cos": positives.mean(), "neg_cos": negatives / (n * (n - 1))}

@@ -21,7 +21,7 @@ import torch
 from pydantic import Field
 
 from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
-from stages.objectives.geometry import angle, cosine_matrix, distance, off_diagonal, view_stats
+from stages.objectives.geometry import angle, distance, normalize, off_diagonal, view_stats
 
 Implementation = Literal["paper", "code"]
 
@@ -77,8 +77,8 @@ def mat_per_anchor(
     )
 
 
-def _hinge_output(cos: torch.Tensor, per_anchor: torch.Tensor) -> LossOutput:
-    stats = view_stats(cos) | {"active_fraction": (per_anchor.detach() > 0).float().mean()}
+def _hinge_output(stats: dict[str, torch.Tensor], per_anchor: torch.Tensor) -> LossOutput:
+    stats = stats | {"active_fraction": (per_anchor.detach() > 0).float().mean()}
     return LossOutput(per_anchor.mean(), stats)
 
 
@@ -103,8 +103,11 @@ class MPT(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
-        return _hinge_output(cos, mpt_per_anchor(cos, self.margin, self.implementation))
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        return _hinge_output(
+            view_stats(h, h_pos), mpt_per_anchor(cos, self.margin, self.implementation)
+        )
 
 
 class MET(ObjectiveParams):
@@ -128,8 +131,11 @@ class MET(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
-        return _hinge_output(cos, met_per_anchor(cos, self.margin, self.implementation))
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        return _hinge_output(
+            view_stats(h, h_pos), met_per_anchor(cos, self.margin, self.implementation)
+        )
 
 
 class MAT(ObjectiveParams):
@@ -153,6 +159,7 @@ class MAT(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
         per_anchor = mat_per_anchor(cos, self.margin_pi * math.pi, self.implementation)
-        return _hinge_output(cos, per_anchor)
+        return _hinge_output(view_stats(h, h_pos), per_anchor)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
-from stages.objectives.geometry import cosine_matrix, view_stats
+from stages.objectives.geometry import normalize, view_stats
 
 
 def cross_entropy_per_anchor(logits: torch.Tensor) -> torch.Tensor:
@@ -38,5 +38,6 @@ class InfoNCE(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
-        return LossOutput(cross_entropy_per_anchor(cos / tau).mean(), view_stats(cos))
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        return LossOutput(cross_entropy_per_anchor(cos / tau).mean(), view_stats(h, h_pos))

@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 
 from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
-from stages.objectives.geometry import angular_similarity, cosine_matrix, view_stats
+from stages.objectives.geometry import angular_similarity, normalize, view_stats
 from stages.objectives.infonce import cross_entropy_per_anchor
 
 
@@ -53,6 +53,7 @@ class SimACE(ObjectiveParams):
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        cos = cosine_matrix(z, z_pos)
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
         loss = cross_entropy_per_anchor(simace_logits(cos, tau, math.radians(self.margin_deg)))
-        return LossOutput(loss.mean(), view_stats(cos))
+        return LossOutput(loss.mean(), view_stats(h, h_pos))

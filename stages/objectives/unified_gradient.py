@@ -42,7 +42,7 @@ from pydantic import Field
 
 from stages.objectives.alignment_uniformity import log_mean_offdiagonal_exp
 from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
-from stages.objectives.geometry import distance, normalize, off_diagonal, view_stats
+from stages.objectives.geometry import distance, gram, normalize, off_diagonal, view_stats
 
 Implementation = Literal["paper", "code"]
 
@@ -50,14 +50,12 @@ Implementation = Literal["paper", "code"]
 _CODE_MHS_DISTANCE_OFFSET = 1e-4
 
 
-def dissipation_mask(
-    anchors: torch.Tensor, positives: torch.Tensor, margin: float, implementation: Implementation
-) -> torch.Tensor:
-    """d_i (bool): paper, 1{a_i.b_i - max_{k != i} a_i.b_k < m}; code, the same on a_i.a_k."""
-    with torch.no_grad():
-        sim = anchors @ (positives if implementation == "paper" else anchors).T
-        hardest = sim.masked_fill(~off_diagonal(sim.size(0), sim.device), -math.inf).amax(dim=1)
-        return sim.diagonal() - hardest < margin
+def dissipation_mask(sim: torch.Tensor, margin: float) -> torch.Tensor:
+    """d_i = 1{S_ii - max_{k != i} S_ik < m} (bool) for a similarity matrix S: the paper's
+    cross-view S_ik = h_i.h'_k, or the code's same-view S_ik = h_i.h_k."""
+    sim = sim.detach()
+    hardest = sim.masked_fill(~off_diagonal(sim.size(0), sim.device), -math.inf).amax(dim=1)
+    return sim.diagonal() - hardest < margin
 
 
 def global_offdiagonal_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -85,7 +83,7 @@ def _alignment(h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
 
 
 def _gram_without_diagonal(x: torch.Tensor) -> torch.Tensor:
-    return (x @ x.T) * off_diagonal(x.size(0), x.device)
+    return gram(x) * off_diagonal(x.size(0), x.device)
 
 
 def _nearest_neighbour_distance(
@@ -134,13 +132,16 @@ class _UnifiedGradientObjective(ObjectiveParams):
         triplets: Triplets | None,
     ) -> LossOutput:
         h, h_pos = normalize(z), normalize(z_pos)
-        stats = view_stats(h @ h_pos.T)
+        stats = view_stats(h, h_pos)
         masks = None
         if self.gradient_dissipation:
-            masks = [
-                dissipation_mask(a, b, self.margin, self.implementation)
-                for a, b in ((h, h_pos), (h_pos, h))
-            ]
+            with torch.no_grad():
+                if self.implementation == "paper":
+                    cross = h @ h_pos.T
+                    sims = (cross, cross.T)
+                else:
+                    sims = (h @ h.T, h_pos @ h_pos.T)
+                masks = [dissipation_mask(sim, self.margin) for sim in sims]
             stats["gd_active_fraction"] = torch.cat(masks).float().mean()
         if self.implementation == "code":
             if masks is not None:
@@ -194,7 +195,7 @@ class AlignMHE(_UnifiedGradientObjective):
     uses_temperature: ClassVar[bool] = True
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
-        uniformity = sum(log_mean_offdiagonal_exp(x @ x.T, t=1.0) for x in (h, h_pos))
+        uniformity = sum(log_mean_offdiagonal_exp(gram(x), t=1.0) for x in (h, h_pos))
         return _alignment(h, h_pos).mean() + self.uniformity_weight * uniformity
 
     def paradigm_components(self, anchors, positives, tau):
@@ -209,7 +210,7 @@ class AlignMHE(_UnifiedGradientObjective):
         scale = 1 / tau if self.softmax_weight else 1.0
         uniformity, coefficients = [], []
         for x in (h, h_pos):
-            logits = (x @ x.T * scale).masked_fill(~off_diagonal(x.size(0), x.device), -math.inf)
+            logits = (gram(x) * scale).masked_fill(~off_diagonal(x.size(0), x.device), -math.inf)
             log_pairs = logits.flatten().logsumexp(0) - math.log(2)  # log sum_{k<l}
             uniformity.append(log_pairs)
             if self.softmax_weight:
@@ -240,9 +241,9 @@ class AlignMHS(_UnifiedGradientObjective):
 
     def paradigm_components(self, anchors, positives, tau):
         nearest = _nearest_neighbour_distance(anchors, anchors, 0.0)
-        weights = torch.zeros_like(anchors @ anchors.T)
-        rows = torch.arange(anchors.size(0), device=anchors.device)
         n = anchors.size(0)
+        weights = anchors.new_zeros(n, n)
+        rows = torch.arange(n, device=anchors.device)
         weights[rows, nearest.indices] = self.uniformity_weight / (n * nearest.values)
         return weights, self._pull(weights, positives)
 
@@ -273,9 +274,12 @@ class BarlowTwins(_UnifiedGradientObjective):
     uses_temperature: ClassVar[bool] = True
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
-        c = h.T @ h_pos / h.size(0)
-        on_diagonal = c.diagonal()
-        off_diagonal_squares = c.square().sum() - on_diagonal.square().sum()
+        """Without the D x D matrix C (O(N d^2)): C_kk = mean_i h_ik h'_ik, and
+        sum_{k,l} C_kl^2 = ||H^T H'||_F^2 / N^2 = sum_{i,j} (h_i.h_j)(h'_i.h'_j) / N^2."""
+        n = h.size(0)
+        on_diagonal = (h * h_pos).mean(0)
+        all_squares = (gram(h) * gram(h_pos)).sum() / n**2
+        off_diagonal_squares = all_squares - on_diagonal.square().sum()
         return (on_diagonal - 1).square().sum() + self.off_diagonal_weight * off_diagonal_squares
 
     def _weights(self, others: torch.Tensor, tau: float | None) -> torch.Tensor:
