@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from objective_testing import objective
 
 from stages.objectives.registry import OBJECTIVES_BY_NAME
@@ -82,3 +84,22 @@ def test_bf16_autocast_computes_in_fp32(name, hyperparameters):
     assert out.loss.item() == reference.loss.item()
     assert all(s.dtype == torch.float32 for s in out.stats.values())
     assert_finite(out.loss, z, z_pos)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    config=st.sampled_from(CONFIGS),
+    n=st.integers(2, 24),
+    d=st.integers(2, 48),
+    log_scale=st.floats(-3, 3),
+    correlation=st.floats(0, 10),
+    seed=st.integers(0, 2**16),
+)
+def test_any_batch_gives_finite_losses_and_gradients(config, n, d, log_scale, correlation, seed):
+    name, hyperparameters = config
+    g = torch.Generator().manual_seed(seed)
+    z = (10**log_scale * torch.randn(n, d, generator=g)).requires_grad_()
+    z_pos = (
+        correlation * z.detach() + 10**log_scale * torch.randn(n, d, generator=g)
+    ).requires_grad_()
+    assert_finite(run(name, hyperparameters, z, z_pos).loss, z, z_pos)
