@@ -41,8 +41,8 @@ def alignment_term(cos_pos: torch.Tensor, alpha: float) -> torch.Tensor:
 def log_mean_offdiagonal_exp(cos: torch.Tensor, t: float) -> torch.Tensor:
     """log 1/(N(N-1)) sum_{i != j} e^{-t (2 - 2 C_ij)}: uniformity over the off-diagonal pairs."""
     n = cos.size(0)
-    exponents = (-t * (2 - 2 * cos))[off_diagonal(n, cos.device)]
-    return exponents.logsumexp(0) - math.log(n * (n - 1))
+    exponents = (-t * (2 - 2 * cos)).masked_fill(~off_diagonal(n, cos.device), -math.inf)
+    return exponents.flatten().logsumexp(0) - math.log(n * (n - 1))
 
 
 def uniformity_cross_view(cos: torch.Tensor, t: float) -> torch.Tensor:

@@ -34,12 +34,10 @@ def _implementation_field() -> Any:
     )
 
 
-def _hardest(values: torch.Tensor, largest: bool, implementation: Implementation) -> torch.Tensor:
-    """Per anchor (row, paper) or per positive (column, code): the extreme off-diagonal value."""
-    eye = ~off_diagonal(values.size(0), values.device)
+def _hardest(values: torch.Tensor, largest: bool, dim: int) -> torch.Tensor:
+    """The largest (or smallest) off-diagonal value per row (dim 1) or per column (dim 0)."""
     excluded = -math.inf if largest else math.inf
-    masked = values.masked_fill(eye, excluded)
-    dim = 1 if implementation == "paper" else 0
+    masked = values.masked_fill(~off_diagonal(values.size(0), values.device), excluded)
     return masked.amax(dim=dim) if largest else masked.amin(dim=dim)
 
 
@@ -50,7 +48,7 @@ def mpt_per_anchor(
     if implementation == "code":
         cos_neg = cos * off_diagonal(cos.size(0), cos.device)  # diagonal -> 0, not excluded
         return torch.relu(cos_neg.amax(dim=0) - cos.diagonal() + margin)
-    return torch.relu(_hardest(cos, largest=True, implementation="paper") - cos.diagonal() + margin)
+    return torch.relu(_hardest(cos, largest=True, dim=1) - cos.diagonal() + margin)
 
 
 def met_per_anchor(
@@ -59,9 +57,8 @@ def met_per_anchor(
     """max(0, ||h_i - h'_i|| - min_{j != i} ||h_i - h'_j|| + m). (The code's diagonal fill, the
     maximum distance 2, never wins the minimum, so only the row/column choice differs.)"""
     dist = distance(cos)
-    return torch.relu(
-        dist.diagonal() - _hardest(dist, largest=False, implementation=implementation) + margin
-    )
+    dim = 1 if implementation == "paper" else 0
+    return torch.relu(dist.diagonal() - _hardest(dist, largest=False, dim=dim) + margin)
 
 
 def mat_per_anchor(
@@ -72,9 +69,7 @@ def mat_per_anchor(
         angles_neg = angle(cos * off_diagonal(cos.size(0), cos.device))  # diagonal -> pi/2
         return torch.relu(angle(cos.diagonal()) - angles_neg.amin(dim=0) + margin)
     angles = angle(cos)
-    return torch.relu(
-        angles.diagonal() - _hardest(angles, largest=False, implementation="paper") + margin
-    )
+    return torch.relu(angles.diagonal() - _hardest(angles, largest=False, dim=1) + margin)
 
 
 def _hinge_output(stats: dict[str, torch.Tensor], per_anchor: torch.Tensor) -> LossOutput:

@@ -116,12 +116,11 @@ class _UnifiedGradientObjective(ObjectiveParams):
         "neighbour in the other view)",
     )
 
-    # Set by each subclass: a switch field, or False where W needs no modification (MHS).
-    softmax_weight: bool
-
     @property
     def modified(self) -> bool:
-        return self.gradient_dissipation or self.softmax_weight or self.static_ratio
+        # MHS has no softmax_weight switch: its weight needs no modification (Table 5).
+        softmax_weight = getattr(self, "softmax_weight", False)
+        return self.gradient_dissipation or softmax_weight or self.static_ratio
 
     def compute(
         self,
@@ -229,7 +228,6 @@ class AlignMHS(_UnifiedGradientObjective):
     switch (Table 5, '-*')."""
 
     name: Literal["align_mhs"]
-    softmax_weight: ClassVar[bool] = False
     uniformity_weight: float = Field(
         1.0, gt=0, description="nu^u multiplying the anchors' mean MHS term (released scripts: 1)"
     )
