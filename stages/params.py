@@ -230,6 +230,15 @@ class ResolvedMethod(Section):
     temperature: TemperatureSchedule
     train: TrainParams
 
+    @model_validator(mode="after")
+    def _schedule_needs_a_temperature(self) -> Self:
+        if self.temperature.schedule != "constant" and not self.objective.uses_temperature:
+            raise ValueError(
+                f"temperature.schedule '{self.temperature.schedule}': objective "
+                f"'{self.objective.name}' has no temperature to schedule"
+            )
+        return self
+
 
 class Params(Section):
     data: DataParams = DataParams()
