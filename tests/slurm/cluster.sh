@@ -144,8 +144,18 @@ start() {
     log "SLURM is up: $(sinfo -h -o '%P %a %D %t %G')"
 }
 
+no_jobs() { [[ -z $(squeue -h -o %i 2>/dev/null) ]]; }
+
 stop() {
-    local name pid
+    local name pid jobs
+    if running slurmctld; then  # jobs left by a failed test: their processes must end too
+        jobs=$(squeue -h -o %i 2>/dev/null || true)
+        if [[ -n $jobs ]]; then
+            # shellcheck disable=SC2086
+            scancel $jobs
+            wait_for "the remaining jobs to end" 30 no_jobs
+        fi
+    fi
     for name in slurmd slurmctld munged; do
         [[ -f $STATE/$name.spawned ]] || continue
         pid=$(cat "$STATE/$name.spawned")
