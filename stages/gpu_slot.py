@@ -13,13 +13,15 @@ GPUs), else those ``nvidia-smi`` lists. When exactly K devices are visible (a SL
 K GPUs, a one-GPU machine) or there is no GPU at all, the command runs unchanged: the
 scheduler has already decided. ``--gpus 0`` hides every GPU (CUDA_VISIBLE_DEVICES="").
 
-Lock files live in $CSE_GPU_LOCK_DIR (default: <tmpdir>/cse-repro-gpu-locks), named after the
-device id, so every run on the machine that uses this launcher shares the same slots.
+Lock files live in $CSE_GPU_LOCK_DIR (default: <tmpdir>/cse-repro-gpu-locks, writable by every
+user), named after the device id, so every run on the machine that uses this launcher, whoever
+started it, shares the same slots.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import re
@@ -57,13 +59,17 @@ def lock_dir() -> Path:
 
 def try_claim(devices: Sequence[str], count: int, folder: Path) -> dict[str, int] | None:
     """Lock ``count`` free devices (first free first); their lock fds, or None if too few."""
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(PermissionError):  # shared by every user, like /tmp
+            folder.chmod(0o1777)
     held: dict[str, int] = {}
     for device in devices:
         if len(held) == count:
             break
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", device)
-        fd = os.open(folder / f"gpu-{name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        # read-only is enough for flock, so another user's lock file serves as well
+        fd = os.open(folder / f"gpu-{name}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
