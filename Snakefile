@@ -20,6 +20,15 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
 
+# With a cluster executor these run where Snakemake runs (the login node): compute nodes often
+# have no internet, and the report takes seconds.
+localrules:
+    download_corpus,
+    download_senteval,
+    download_sts_raw,
+    report,
+
+
 rule all:
     input:
         [out for job in JOBS.values() for out in job.outs],

@@ -7,10 +7,14 @@ orchestrators track, so renaming nothing and retraining nothing is ever needed t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 DATA = Path("data")
-RUNS = Path("runs")
+# Runs are content-addressed, so one store can serve several checkouts, machines and DVC's
+# queued experiments (which run in temporary copies of the repo): point CSE_RUNS_DIR at a
+# folder on shared storage (docs/scale-out.md).
+RUNS = Path(os.environ.get("CSE_RUNS_DIR", "runs"))
 EXPERIMENTS = Path("experiments")
 REPORTS = Path("reports")
 CACHE = Path("cache")

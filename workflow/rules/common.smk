@@ -4,6 +4,7 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
+from stages.estimates import job_limit_minutes
 from stages.params import ParamsError, load_params
 from stages.pipeline import build_jobs, job_fingerprint
 
@@ -40,3 +41,14 @@ def job_rule_params(stage, key=None, wildcard=None):
 
 def keys_of(stage):
     return [key for (s, key) in JOBS if s == stage]
+
+
+def job_runtime(stage, wildcard):
+    """The job's time limit in minutes (stages.estimates; SLURM's -t), longer at each retry."""
+    find = job_of(stage, wildcard=wildcard)
+    return lambda wildcards, attempt: job_limit_minutes(PARAMS, find(wildcards), attempt)
+
+
+# GPU jobs run through stages.gpu_slot: on a machine with several GPUs each job gets devices of
+# its own (Snakemake only counts them); under SLURM, or with one GPU, the command runs as is.
+GPU_SHELL = "python -m stages.gpu_slot --gpus {resources.gpu} -- {params.cmd}"

