@@ -1,5 +1,7 @@
-"""Stage: evaluate an encoder with the SentEval protocol (STS12-16, STS-B, SICK-R and the seven
-transfer tasks) and write a results JSON that records the protocol next to the numbers.
+"""Stage: evaluate a sentence encoder with the SentEval protocol (STS and transfer tasks).
+
+Scores STS12-16, STS-B, SICK-R and the seven transfer tasks, and writes a results JSON that
+records the protocol next to the numbers.
 
     python -m stages.evaluate_senteval --model NAME_OR_DIR [--pooler P] [--tasks ...]
         [--data-dir DIR] [--mode fasttest|test] --output results.json

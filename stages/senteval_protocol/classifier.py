@@ -23,7 +23,7 @@ inputs get a constant-one column), which is the same parametrisation and the sam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -118,7 +118,8 @@ def fit_logistic_regressions(
         raise ValueError(f"l2 has {n_problems} rows for {len(problems)} problems")
     c, d = nclasses, features.shape[1]
     x = torch.cat([features, features.new_ones(len(features), 1)], dim=1)
-    onehot = torch.nn.functional.one_hot(labels, c).to(features.dtype)
+    # (classes, n): row j marks the samples of class j
+    onehot = torch.nn.functional.one_hot(labels, c).to(features.dtype).T.contiguous()
 
     # weights[p, r * c + j] = class j's weights (and bias, last) of the model with L2 l2[p, r]
     weights = _senteval_init(d, c, settings.seed).to(device).repeat(n_problems, n_l2, 1)
@@ -131,63 +132,97 @@ def fit_logistic_regressions(
     x_val = x[val_rows]  # (P, nv, d + 1)
     y_val = torch.where(val_mask, labels[val_rows], -1)  # padding never counts as correct
 
-    best_weights = weights.clone()
-    best_correct = torch.full((n_problems, n_l2), -1, dtype=torch.long, device=device)
-    bad_evals = torch.zeros_like(best_correct)
-    stopped = torch.zeros_like(best_correct, dtype=torch.bool)
+    stopping = _EarlyStopping(weights, n_l2, c, settings.tenacity)
     epochs = np.zeros(n_problems, dtype=np.int64)
     live = np.arange(n_problems)  # problems still training; the state tensors hold only these
     orders = _EpochOrders(settings.seed)
-
     nepoch = 0
     while len(live) and nepoch <= settings.max_epoch:
         for epoch in range(nepoch, nepoch + settings.epoch_size):
             live_problems = [problems[p] for p in live]
             steps = _epoch_steps(live_problems, orders, epoch, settings.batch_size, device)
-            batch = (len(live), settings.batch_size)
             for rows, row_weight, stepping in steps:
-                xb = x.index_select(0, rows).view(*batch, d + 1)
-                logits = torch.bmm(xb, weights.transpose(1, 2)).unflatten(2, (n_l2, c))
-                # d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch size
-                grad_logits = _softmax(logits).sub_(onehot.index_select(0, rows).view(*batch, 1, c))
-                grad_logits.mul_(row_weight[:, :, None, None])
-                grad = torch.bmm(grad_logits.flatten(2).transpose(1, 2), xb)
+                grad = _cross_entropy_gradient(x, onehot, rows, row_weight, weights, n_l2)
                 optimizer.step(weights, grad, decay, stepping)
         nepoch += settings.epoch_size
         epochs[live] = nepoch
 
         logits = torch.bmm(x_val, weights.transpose(1, 2)).unflatten(2, (n_l2, c))
         correct = (logits.argmax(dim=3) == y_val[:, :, None]).sum(dim=1)
-        live_t = torch.as_tensor(live, device=device)
-        improved = (correct > best_correct[live_t]) & ~stopped[live_t]
-        best_correct[live_t] = torch.where(improved, correct, best_correct[live_t])
-        keep_rows = improved.repeat_interleave(c, dim=1)[:, :, None]
-        best_weights[live_t] = torch.where(keep_rows, weights, best_weights[live_t])
-        worse = ~improved & ~stopped[live_t]
-        stopped[live_t] |= worse & (bad_evals[live_t] >= settings.tenacity)
-        bad_evals[live_t] += worse.long()
-
-        still = ~stopped[live_t].all(dim=1)
-        if not bool(still.all()):
-            keep = still.nonzero().squeeze(1)
+        keep = stopping.update(torch.as_tensor(live, device=device), correct, weights)
+        if len(keep) < len(live):
             live = live[keep.cpu().numpy()]
-            weights, decay = weights[keep], decay[keep]
-            x_val, y_val = x_val[keep], y_val[keep]
+            weights, decay, x_val, y_val = weights[keep], decay[keep], x_val[keep], y_val[keep]
             optimizer.select(keep)
 
     return FittedModels(
-        weights=best_weights,
-        val_correct=best_correct.cpu().numpy(),
+        weights=stopping.best_weights,
+        val_correct=stopping.best_correct.cpu().numpy(),
         val_size=val_size,
         nclasses=c,
         epochs=epochs,
     )
 
 
-def _softmax(logits: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last (class) axis; faster than torch.softmax for a handful of classes."""
-    e = (logits - logits.amax(dim=-1, keepdim=True)).exp_()
-    return e.div_(e.sum(dim=-1, keepdim=True))
+class _EarlyStopping:
+    """SentEval's early stopping, per model: keep a copy of the model at every better validation
+    accuracy; stop at a non-improving evaluation once ``tenacity`` non-improving evaluations
+    have been counted (the count never resets)."""
+
+    def __init__(self, weights: torch.Tensor, n_l2: int, nclasses: int, tenacity: int) -> None:
+        self.nclasses = nclasses
+        self.tenacity = tenacity
+        self.best_weights = weights.clone()
+        shape = (len(weights), n_l2)
+        self.best_correct = torch.full(shape, -1, dtype=torch.long, device=weights.device)
+        self.bad_evals = torch.zeros_like(self.best_correct)
+        self.stopped = torch.zeros_like(self.best_correct, dtype=torch.bool)
+
+    def update(
+        self, problems: torch.Tensor, correct: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        """Record an evaluation of ``problems`` (their rows of ``weights`` and their correct
+        counts); return the positions (within ``problems``) of those still training."""
+        stopped = self.stopped[problems]
+        improved = (correct > self.best_correct[problems]) & ~stopped
+        self.best_correct[problems] = torch.where(improved, correct, self.best_correct[problems])
+        keep_rows = improved.repeat_interleave(self.nclasses, dim=1)[:, :, None]
+        self.best_weights[problems] = torch.where(keep_rows, weights, self.best_weights[problems])
+        worse = ~improved & ~stopped
+        bad = self.bad_evals[problems]
+        self.stopped[problems] = stopped | (worse & (bad >= self.tenacity))
+        self.bad_evals[problems] = bad + worse.long()
+        return (~self.stopped[problems].all(dim=1)).nonzero().squeeze(1)
+
+
+def _cross_entropy_gradient(
+    x: torch.Tensor,
+    onehot: torch.Tensor,
+    rows: torch.Tensor,
+    row_weight: torch.Tensor,
+    weights: torch.Tensor,
+    n_l2: int,
+) -> torch.Tensor:
+    """Gradient of each model's mean cross-entropy on its batch, shaped like ``weights``.
+
+    d(loss)/d(logit_j) = (softmax_j - onehot_j) / batch size. Softmax ignores a shift of the
+    logits and these derivatives sum to zero over the classes, so only the c - 1 differences
+    to class 0 are computed (half the work for binary tasks) and class 0 gets minus the sum of
+    the other classes' gradients.
+    """
+    n_problems, batch_size = row_weight.shape
+    c = onehot.shape[0]
+    xb = x.index_select(0, rows).view(n_problems, batch_size, -1)  # (P, B, d + 1)
+    w = weights.view(n_problems, n_l2, c, -1)
+    relative = (w[:, :, 1:] - w[:, :, :1]).flatten(1, 2)  # (P, R * (c - 1), d + 1)
+    shifted = torch.bmm(relative, xb.transpose(1, 2)).view(n_problems, n_l2, c - 1, batch_size)
+    logits = torch.cat([torch.zeros_like(shifted[:, :, :1]), shifted], dim=2)  # (P, R, c, B)
+    e = (logits - logits.amax(dim=2, keepdim=True)).exp_()
+    probs = e[:, :, 1:].div_(e.sum(dim=2, keepdim=True))
+    labels = onehot[1:].index_select(1, rows).view(c - 1, n_problems, batch_size)
+    g = probs.sub_(labels.transpose(0, 1)[:, None]).mul_(row_weight[:, None, None])
+    grad = torch.bmm(g.flatten(1, 2), xb).view(n_problems, n_l2, c - 1, -1)
+    return torch.cat([-grad.sum(dim=2, keepdim=True), grad], dim=2).flatten(1, 2)
 
 
 def _senteval_init(d: int, c: int, seed: int) -> torch.Tensor:
@@ -203,12 +238,13 @@ class _EpochOrders:
     """The training permutations each classifier draws from its freshly seeded numpy RNG.
 
     Classifiers whose draws so far had the same sizes see the same permutations, so each distinct
-    stream (one per training-set size and validation cut) is drawn once and shared.
+    stream (one per training-set size and validation cut) is drawn once and shared. All problems
+    advance epoch by epoch together, so only the current epoch's permutation is kept.
     """
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
-        self._streams: dict[tuple[int | None, int], tuple[np.random.RandomState, list]] = {}
+        self._streams: dict[tuple[int | None, int], tuple[np.random.RandomState, int, Any]] = {}
 
     def permutation(self, problem: Problem, epoch: int) -> np.ndarray:
         key = (problem.split_from, len(problem.fit))
@@ -216,11 +252,14 @@ class _EpochOrders:
             rng = np.random.RandomState(self.seed)
             if problem.split_from is not None:
                 rng.permutation(problem.split_from)
-            self._streams[key] = (rng, [])
-        rng, drawn = self._streams[key]
-        while len(drawn) <= epoch:
-            drawn.append(rng.permutation(len(problem.fit)))
-        return drawn[epoch]
+            self._streams[key] = (rng, -1, None)
+        rng, drawn_epoch, permutation = self._streams[key]
+        if epoch == drawn_epoch + 1:
+            permutation = rng.permutation(len(problem.fit))
+            self._streams[key] = (rng, epoch, permutation)
+        elif epoch != drawn_epoch:
+            raise ValueError(f"epoch {epoch} requested after epoch {drawn_epoch}")
+        return permutation
 
 
 def _epoch_steps(
@@ -260,7 +299,10 @@ def _padded(
 class _Optimizer:
     """PyTorch's single-tensor Adam / RMSprop (default hyperparameters), one state per problem.
 
-    ``weight_decay`` adds ``decay * w`` to the gradient, as ``torch.optim`` does."""
+    ``weight_decay`` adds ``decay * w`` to the gradient, as ``torch.optim`` does. Adam's step
+    counts are per problem (a problem sits out the steps it has not got), so its bias
+    corrections are per problem too; while all counts agree they are plain scalars.
+    """
 
     ADAM_LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
     RMSPROP_LR, ALPHA = 1e-2, 0.99
@@ -270,11 +312,11 @@ class _Optimizer:
         self.state = [torch.zeros_like(weights)]
         if name == "adam":
             self.state.append(torch.zeros_like(weights))
-        self.steps = torch.zeros(len(weights), 1, 1, dtype=torch.float64, device=weights.device)
+        self.steps = np.zeros(len(weights), dtype=np.int64)
 
     def select(self, keep: torch.Tensor) -> None:
         self.state = [s[keep] for s in self.state]
-        self.steps = self.steps[keep]
+        self.steps = self.steps[keep.cpu().numpy()]
 
     def step(
         self,
@@ -284,16 +326,19 @@ class _Optimizer:
         stepping: torch.Tensor | None,
     ) -> None:
         if stepping is None:
-            self._update(weights, grad, decay, self.state, slice(None))
+            self.steps += 1
+            self._update(weights, grad, decay, self.state, self.steps)
             return
         idx = stepping.nonzero().squeeze(1)
+        host_idx = idx.cpu().numpy()
+        self.steps[host_idx] += 1
         w, state = weights[idx], [s[idx] for s in self.state]
-        self._update(w, grad[idx], decay[idx], state, idx)
+        self._update(w, grad[idx], decay[idx], state, self.steps[host_idx])
         weights[idx] = w
         for full, part in zip(self.state, state, strict=True):
             full[idx] = part
 
-    def _update(self, w, grad, decay, state, idx) -> None:
+    def _update(self, w, grad, decay, state, steps: np.ndarray) -> None:
         grad = grad.addcmul(decay, w)
         if self.name == "rmsprop":
             (square_avg,) = state
@@ -301,11 +346,15 @@ class _Optimizer:
             w.addcdiv_(grad, square_avg.sqrt().add_(self.EPS), value=-self.RMSPROP_LR)
             return
         exp_avg, exp_avg_sq = state
-        self.steps[idx] += 1
-        steps = self.steps[idx]
         exp_avg.lerp_(grad, 1 - self.BETA1)
         exp_avg_sq.mul_(self.BETA2).addcmul_(grad, grad, value=1 - self.BETA2)
-        step_size = (self.ADAM_LR / (1 - self.BETA1**steps)).to(w.dtype)
-        bias_correction2_sqrt = ((1 - self.BETA2**steps) ** 0.5).to(w.dtype)
-        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.EPS)
-        w.sub_(exp_avg.div(denom).mul_(step_size))
+        step_size = self.ADAM_LR / (1 - self.BETA1 ** steps.astype(np.float64))
+        bias_correction2_sqrt = (1 - self.BETA2 ** steps.astype(np.float64)) ** 0.5
+        if (steps == steps[0]).all():
+            denom = exp_avg_sq.sqrt().div_(float(bias_correction2_sqrt[0])).add_(self.EPS)
+            w.addcdiv_(exp_avg, denom, value=-float(step_size[0]))
+            return
+        per_problem = {"dtype": w.dtype, "device": w.device}
+        bc2 = torch.as_tensor(bias_correction2_sqrt, **per_problem)[:, None, None]
+        denom = exp_avg_sq.sqrt().div_(bc2).add_(self.EPS)
+        w.sub_(exp_avg.div(denom).mul_(torch.as_tensor(step_size, **per_problem)[:, None, None]))

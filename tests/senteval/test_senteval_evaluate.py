@@ -15,6 +15,7 @@ from stages.senteval_protocol import (
     TRANSFER_TASKS,
     EmbeddingCache,
     EncoderOutputError,
+    StsbDevEvaluation,
     evaluate,
 )
 from stages.senteval_protocol.loaders import downstream_dir, load_task
@@ -100,3 +101,15 @@ def test_unknown_task_or_mode(senteval_root: Path, bag_of_words: BagOfWords) -> 
         evaluate(bag_of_words, ["STS17"], senteval_root)
     with pytest.raises(ValueError, match="unknown mode 'dev'"):
         evaluate(bag_of_words, ["STS13"], senteval_root, "dev")
+
+
+def test_stsb_dev_evaluation_is_the_evaluators_own_numbers(
+    senteval_root: Path, bag_of_words: BagOfWords
+) -> None:
+    dev = StsbDevEvaluation(senteval_root)(bag_of_words)
+    full = evaluate(BagOfWords(), ["STSBenchmark"], senteval_root, "fasttest", device="cpu")
+    assert dev.spearman == full["tasks"]["STSBenchmark"]["dev"]["spearman"]
+    assert dev.pearson == full["tasks"]["STSBenchmark"]["dev"]["pearson"]
+    assert dev.alignment == full["alignment_uniformity"]["alignment"]
+    assert dev.uniformity == full["alignment_uniformity"]["uniformity"]
+    assert len(bag_of_words.encoded) == len(set(bag_of_words.encoded))
