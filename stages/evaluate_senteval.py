@@ -49,7 +49,7 @@ def evaluate_encoder(
             settings.tasks,
             data_dir or settings.data_dir,
             settings.mode,
-            batch_size=settings.batch_size,
+            batch_size=None,  # the encoder batches by token length itself
             seed=settings.seed,
             device=encoder.device,
             cache=cache,

@@ -23,10 +23,12 @@ class DevScores:
 class StsbDevEvaluation:
     """Load STS-B dev once; ``evaluation(encode)`` encodes its distinct sentences once and scores.
 
-    ``encode`` is any ``list[str] -> (n, d) array`` (e.g. a model in eval mode with its pooler).
+    ``encode`` is any ``list[str] -> (n, d) array`` (e.g. ``stages.modeling.encoder.embed`` with
+    a model in eval mode and its pooler); ``batch_size`` sentences are passed per call, or all
+    3,000 at once with None (for an encode that batches by token length itself).
     """
 
-    def __init__(self, data_dir: str | Path, batch_size: int = 128) -> None:
+    def __init__(self, data_dir: str | Path, batch_size: int | None = 128) -> None:
         task = load_task(downstream_dir(data_dir), "STSBenchmark")
         assert isinstance(task, StsTask)
         self.pairs = next(p for p in task.parts if p.name == "dev")

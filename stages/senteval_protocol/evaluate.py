@@ -51,7 +51,7 @@ def evaluate(
     data_dir: str | Path = "data/senteval",
     mode: str = "test",
     *,
-    batch_size: int = 128,
+    batch_size: int | None = 128,
     seed: int = 1111,
     device: str | torch.device | None = None,
     cache: EmbeddingCache | None = None,
@@ -62,9 +62,12 @@ def evaluate(
 
     ``data_dir`` is SentEval's data root (the folder holding ``downstream/``); ``mode`` is
     SimCSE's classifier setting, 'fasttest' or 'test'; ``device`` trains the classifiers (default:
-    CUDA when available). ``empty_sentence`` is the text sent for an empty line (CR and MPQA have
-    a few): SimCSE's batcher sends '' (the default); SentEval's example batchers send '.'.
-    ``encoder`` is a description of the encoder recorded with the results.
+    CUDA when available). ``batch_size`` is the number of sentences per ``encode`` call
+    (SentEval's batch size; sentences sorted by length); None passes all of a task's new
+    sentences in one call, for encoders that batch by token length themselves (such as
+    ``SentenceEncoder``), which avoids most padding. ``empty_sentence`` is the text sent for
+    an empty line (CR and MPQA have a few): SimCSE's batcher sends '' (the default); SentEval's
+    example batchers send '.'. ``encoder`` describes the encoder, for the results.
     """
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -127,7 +130,11 @@ class EmbeddingTable:
     tasks contain it, or read from the cache; calling the table looks texts up."""
 
     def __init__(
-        self, encode: Encode, batch_size: int, cache: EmbeddingCache | None, empty_sentence: str
+        self,
+        encode: Encode,
+        batch_size: int | None,
+        cache: EmbeddingCache | None,
+        empty_sentence: str,
     ) -> None:
         self.encode = encode
         self.batch_size = batch_size
@@ -147,8 +154,9 @@ class EmbeddingTable:
             self.rows.update(zip(distinct, stored, strict=True))
             return "cache"
         missing = sorted((t for t in distinct if t not in self.rows), key=len)
-        for start in range(0, len(missing), self.batch_size):
-            self._encode(missing[start : start + self.batch_size])
+        step = self.batch_size or max(len(missing), 1)
+        for start in range(0, len(missing), step):
+            self._encode(missing[start : start + step])
         if self.cache:
             self.cache.store(task, distinct, self(distinct))
         return "encoded" if missing else "memory"
@@ -197,7 +205,7 @@ def _protocol(settings, mode, loaded, data_dir, batch_size, empty_sentence, devi
             "sentences": "SentEval's whitespace tokens joined by single spaces, then the "
             "encoder's tokenizer",
             "empty_sentence": empty_sentence,
-            "encode_batch_size": batch_size,
+            "sentences_per_encode_call": batch_size or "all new sentences of a task",
         },
         "sts": {
             "similarity": "cosine (a zero vector scores 0)",

@@ -53,7 +53,7 @@ def senteval_dir(shared_data: Path) -> Path:
 
 
 def test_sts_matches_senteval(minilm: SentenceEncoder, senteval_dir: Path) -> None:
-    results = evaluate(minilm, STS_TASKS, senteval_dir, "fasttest")
+    results = evaluate(minilm, STS_TASKS, senteval_dir, "fasttest", batch_size=None)
     for task, expected in SENTEVAL_STS_ALL.items():
         assert results["summary"]["sts"][task] == pytest.approx(expected, abs=STS_TOLERANCE), task
     for task, expected in SENTEVAL_STS_MEAN.items():
@@ -62,7 +62,7 @@ def test_sts_matches_senteval(minilm: SentenceEncoder, senteval_dir: Path) -> No
 
 
 def _check_transfer(minilm: SentenceEncoder, senteval_dir: Path, tasks: tuple[str, ...]) -> None:
-    results = evaluate(minilm, tasks, senteval_dir, "fasttest")
+    results = evaluate(minilm, tasks, senteval_dir, "fasttest", batch_size=None)
     for task in tasks:
         got = results["tasks"][task]["acc"]
         assert got == pytest.approx(SENTEVAL_FASTTEST_ACC[task], abs=TRANSFER_TOLERANCE), task

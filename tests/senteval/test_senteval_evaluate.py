@@ -59,6 +59,10 @@ def test_each_distinct_sentence_is_encoded_once_in_batches(
     assert set(bag_of_words.encoded) == distinct  # CR's empty line is sent as ''
     assert max(len(call) for call in bag_of_words.calls) == 8
 
+    whole = BagOfWords()
+    evaluate(whole, tasks, senteval_root, "fasttest", batch_size=None, device="cpu")
+    assert len(whole.calls) == len(tasks) and sorted(whole.encoded) == sorted(distinct)
+
 
 def test_empty_sentence_text_is_configurable(senteval_root: Path, bag_of_words: BagOfWords) -> None:
     evaluate(bag_of_words, ["CR"], senteval_root, "fasttest", device="cpu", empty_sentence=".")
