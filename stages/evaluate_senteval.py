@@ -30,6 +30,7 @@ from stages.senteval_protocol import (
     EncoderOutputError,
     evaluate,
 )
+from stages.senteval_protocol.loaders import downstream_dir
 
 DEFAULT_CACHE = Path("cache/embeddings")
 
@@ -88,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = _settings(args.params, explicit=args.params != str(DEFAULT_PARAMS))
     overrides = {"tasks": args.tasks, "mode": args.mode, "batch_size": args.batch_size}
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    data_dir = args.data_dir or settings.data_dir
+    try:  # before loading a model, which can take a while
+        downstream_dir(data_dir)
+    except DataFormatError as err:
+        raise StageError(str(err)) from None
     encoder = _encoder(
         args.model,
         args.pooler,
@@ -100,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = evaluate_encoder(
         encoder,
         settings,
-        data_dir=args.data_dir,
+        data_dir=data_dir,
         cache_dir=None if args.no_cache else args.cache_dir,
     )
     write_json(args.output, results)
