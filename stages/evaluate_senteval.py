@@ -1,0 +1,135 @@
+"""Stage: evaluate a sentence encoder with the SentEval protocol (STS and transfer tasks).
+
+Scores STS12-16, STS-B, SICK-R and the seven transfer tasks, and writes a results JSON that
+records the protocol next to the numbers.
+
+    python -m stages.evaluate_senteval --model NAME_OR_DIR [--pooler P] [--tasks ...]
+        [--data-dir DIR] [--mode fasttest|test] --output results.json
+
+``--model`` is a Hugging Face id, a local model directory, ``package:<module>``, or a trained
+checkpoint directory (its ``encoder.json`` gives the pooler). Defaults come from params.yaml's
+``senteval`` section when there is one. Embeddings are cached per (encoder, task) under
+``--cache-dir``, so re-running with another mode only re-trains the classifiers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stages.atomic import write_json
+from stages.cli import StageError, parser, run
+from stages.modeling.encoder import EncoderError, SentenceEncoder
+from stages.params import DEFAULT_PARAMS, POOLERS, Params, SentEvalParams, load_params
+from stages.senteval_protocol import (
+    TASKS,
+    DataFormatError,
+    EmbeddingCache,
+    EncoderOutputError,
+    evaluate,
+)
+from stages.senteval_protocol.loaders import downstream_dir
+
+DEFAULT_CACHE = Path("cache/embeddings")
+
+
+def evaluate_encoder(
+    encoder: SentenceEncoder,
+    settings: SentEvalParams,
+    *,
+    data_dir: str | Path | None = None,
+    cache_dir: str | Path | None = DEFAULT_CACHE,
+) -> dict[str, Any]:
+    """Results of ``encoder`` on ``settings.tasks`` (bad data or embeddings: StageError)."""
+    cache = EmbeddingCache(cache_dir, encoder.fingerprint) if cache_dir else None
+    try:
+        return evaluate(
+            encoder,
+            settings.tasks,
+            data_dir or settings.data_dir,
+            settings.mode,
+            batch_size=None,  # the encoder batches by token length itself
+            seed=settings.seed,
+            device=encoder.device,
+            cache=cache,
+            encoder=encoder.describe(),
+        )
+    except (DataFormatError, EncoderOutputError, EncoderError) as err:
+        raise StageError(str(err)) from None
+
+
+def evaluate_checkpoint(
+    model_dir: str | Path, params: Params, *, cache_dir: str | Path | None = DEFAULT_CACHE
+) -> dict[str, Any]:
+    """SentEval results of a trained checkpoint (its encoder.json names the pooler)."""
+    encoder = _encoder(str(model_dir), None, batch_size=params.senteval.batch_size)
+    return evaluate_encoder(encoder, params.senteval, cache_dir=cache_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="HF id, model dir, checkpoint dir, package:<m>")
+    p.add_argument("--pooler", choices=POOLERS, help="required unless the dir has encoder.json")
+    p.add_argument("--revision", default="main", help="hub revision of --model")
+    p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK", help="default: params")
+    p.add_argument("--data-dir", help="SentEval data root (holds downstream/); default: params")
+    p.add_argument("--mode", choices=("fasttest", "test"), help="default: params")
+    p.add_argument("--output", required=True, help="results JSON (written when all is done)")
+    p.add_argument("--batch-size", type=int, help="sentences per encoder call; default: params")
+    p.add_argument("--max-length", type=int, default=512, help="tokenizer truncation length")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="embedding cache root")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+    settings = _settings(args.params, explicit=args.params != str(DEFAULT_PARAMS))
+    overrides = {"tasks": args.tasks, "mode": args.mode, "batch_size": args.batch_size}
+    settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    data_dir = args.data_dir or settings.data_dir
+    try:  # before loading a model, which can take a while
+        downstream_dir(data_dir)
+    except DataFormatError as err:
+        raise StageError(str(err)) from None
+    encoder = _encoder(
+        args.model,
+        args.pooler,
+        revision=args.revision,
+        max_length=args.max_length,
+        batch_size=settings.batch_size,
+        device=args.device,
+        precision=args.precision,
+    )
+    results = evaluate_encoder(
+        encoder,
+        settings,
+        data_dir=data_dir,
+        cache_dir=None if args.no_cache else args.cache_dir,
+    )
+    write_json(args.output, results)
+    summary = results["summary"]
+    for key in ("sts_avg", "transfer_avg"):
+        if key in summary:
+            print(f"{key}: {summary[key]:.2f}")
+    print(f"wrote {args.output}")
+
+
+def _settings(params_path: str, explicit: bool) -> SentEvalParams:
+    """params.yaml's senteval section; the schema defaults when run outside a project."""
+    if Path(params_path).is_file() or explicit:
+        return load_params(params_path).senteval
+    return SentEvalParams()
+
+
+def _encoder(model: str, pooler: str | None, **options: Any) -> SentenceEncoder:
+    try:
+        return SentenceEncoder(model, pooler, **options)
+    except (EncoderError, ValueError, OSError) as err:
+        raise StageError(str(err)) from None
+
+
+if __name__ == "__main__":
+    run(main)

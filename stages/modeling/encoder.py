@@ -1,0 +1,201 @@
+"""A sentence encoder: a Hugging Face model plus a pooler, as ``encode(list[str]) -> np.ndarray``.
+
+``SentenceEncoder`` loads a hub id, a local model directory, ``package:<module>``, or a trained
+checkpoint directory (whose ``encoder.json`` names the evaluation pooler; an explicit pooler
+overrides it and is recorded as such). It tokenises with padding and truncation (512 tokens by
+default, i.e. no truncation for BERT-sized models, as SimCSE's evaluation), encodes each distinct
+sentence once in length-sorted batches under ``torch.inference_mode`` on the GPU when there is
+one, and returns float32 rows in input order. Non-finite embeddings raise an error naming the
+model and an offending sentence instead of silently scoring zeros.
+
+``fingerprint`` identifies what the encoder computes (weights, pooler, tokenisation, precision),
+for caching embeddings: a trained checkpoint's run id, else a hash of the model files, else the hub
+id with its resolved commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from stages.modeling.backbone import resolve_model_location
+from stages.modeling.checkpoint import ENCODER_FILE, read_encoder_info
+from stages.modeling.pooling import needs_hidden_states, pool
+from stages.params import POOLERS
+
+Precision = Literal["fp32", "bf16", "fp16"]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Bump when the text -> vector computation changes in a way the other fingerprint parts miss.
+ENCODING_VERSION = 1
+
+
+class EncoderError(ValueError):
+    """The encoder cannot be built or produced unusable embeddings."""
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise EncoderError("device 'cuda' requested but CUDA is not available")
+    return torch.device(device)
+
+
+def embed(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: Sequence[str],
+    pooler: str,
+    *,
+    batch_size: int = 128,
+    max_length: int = 512,
+    precision: Precision = "fp32",
+    name: str = "model",
+) -> np.ndarray:
+    """(len(sentences), hidden) float32 embeddings in input order; each distinct sentence is
+    encoded once, in batches of similar token length. The model is used as it is (mode, device);
+    call ``model.eval()`` first for deterministic embeddings."""
+    distinct = list(dict.fromkeys(sentences))
+    if not distinct:
+        return np.zeros((0, model.config.hidden_size), dtype=np.float32)
+    tokens = tokenizer(list(distinct), truncation=True, max_length=max_length)
+    order = np.argsort([len(ids) for ids in tokens["input_ids"]], kind="stable")
+    device = next(model.parameters()).device
+    autocast = torch.autocast(device.type, dtype=DTYPES.get(precision), enabled=precision != "fp32")
+    rows = np.empty((len(distinct), model.config.hidden_size), dtype=np.float32)
+    with torch.inference_mode(), autocast:
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = tokenizer.pad(
+                {k: [v[i] for i in idx] for k, v in tokens.items()}, return_tensors="pt"
+            )
+            batch = {k: v.to(device) for k, v in batch.items()}
+            outputs = model(**batch, output_hidden_states=needs_hidden_states(pooler))
+            vectors = pool(outputs, batch["attention_mask"], pooler).float()
+            finite = torch.isfinite(vectors).all(dim=1)
+            if not bool(finite.all()):
+                bad = distinct[idx[int((~finite).nonzero()[0])]]
+                raise EncoderError(f"{name} produced a non-finite embedding, e.g. for {bad!r}")
+            rows[idx] = vectors.cpu().numpy()
+    index = {s: i for i, s in enumerate(distinct)}
+    return rows[[index[s] for s in sentences]]
+
+
+class SentenceEncoder:
+    """``encoder(sentences) -> np.ndarray`` for a model name, directory or trained checkpoint."""
+
+    def __init__(
+        self,
+        model: str,
+        pooler: str | None = None,
+        *,
+        revision: str = "main",
+        max_length: int = 512,
+        batch_size: int = 128,
+        device: str = "auto",
+        precision: Precision = "fp32",
+    ) -> None:
+        self.model_name = model
+        self.location = resolve_model_location(model)
+        self.info = read_encoder_info(self.location) if Path(self.location).is_dir() else None
+        if pooler is None and self.info is None:
+            raise EncoderError(
+                f"{model}: no {ENCODER_FILE} (not a trained checkpoint), so pass a pooler: "
+                f"{', '.join(POOLERS)}"
+            )
+        if pooler is not None and pooler not in POOLERS:
+            raise EncoderError(f"unknown pooler '{pooler}'; allowed: {', '.join(POOLERS)}")
+        self.pooler = pooler or self.info.eval_pooler
+        self.pooler_source = "argument" if pooler else "encoder.json"
+        self.revision = revision
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.precision = precision
+        self.device = pick_device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.location, revision=revision)
+        self.model = self._load_model()
+
+    def _load_model(self) -> PreTrainedModel:
+        try:
+            model, loading = AutoModel.from_pretrained(
+                self.location, revision=self.revision, output_loading_info=True
+            )
+        except OSError as err:
+            raise EncoderError(f"{self.model_name}: cannot load the model: {err}") from None
+        missing = loading.get("missing_keys", [])
+        encoder_missing = [k for k in missing if not k.startswith("pooler.")]
+        if encoder_missing:
+            raise EncoderError(
+                f"{self.model_name}: weights missing from the checkpoint (they would be random): "
+                f"{', '.join(sorted(encoder_missing)[:5])}"
+            )
+        if self.pooler == "cls" and len(encoder_missing) < len(missing):
+            raise EncoderError(
+                f"{self.model_name}: pooler 'cls' needs the trained pooler (dense + tanh) "
+                "weights, which the checkpoint lacks; use cls_before_pooler"
+            )
+        return model.to(self.device).eval()
+
+    def __call__(self, sentences: Sequence[str]) -> np.ndarray:
+        return embed(
+            self.model,
+            self.tokenizer,
+            sentences,
+            self.pooler,
+            batch_size=self.batch_size,
+            max_length=self.max_length,
+            precision=self.precision,
+            name=self.model_name,
+        )
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Changes whenever the embeddings could: weights, tokenizer, pooler, length, precision."""
+        parts: dict[str, Any] = {
+            "version": ENCODING_VERSION,
+            "pooler": self.pooler,
+            "max_length": self.max_length,
+            "precision": self.precision,
+        }
+        if self.info is not None and self.info.run_id:
+            parts["run_id"] = self.info.run_id
+        elif Path(self.location).is_dir():
+            parts["files"] = _directory_digest(Path(self.location))
+        else:
+            commit = getattr(self.model.config, "_commit_hash", None)
+            parts["hub"] = [self.model_name, self.revision, commit]
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        """What the results JSON records about the encoder."""
+        return {
+            "model": self.model_name,
+            "location": self.location,
+            "pooler": self.pooler,
+            "pooler_source": self.pooler_source,
+            "run_id": self.info.run_id if self.info else None,
+            "max_length": self.max_length,
+            "precision": self.precision,
+            "device": str(self.device),
+            "fingerprint": self.fingerprint,
+        }
+
+
+def _directory_digest(folder: Path) -> str:
+    """sha256 over the relative paths and contents of every file under ``folder``."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        with path.open("rb") as f:
+            for block in iter(lambda f=f: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

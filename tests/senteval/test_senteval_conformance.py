@@ -1,0 +1,81 @@
+"""Conformance with the real SentEval on the real data: the packaged all-MiniLM-L6-v2 with mean
+pooling, scored by this protocol, against the numbers the real SentEval (as SimCSE's
+evaluation.py runs it) gives for the same encoder.
+
+CI runs all seven STS tasks and the CR and TREC transfer tasks (one nested k-fold task and the
+multi-class k-fold task; about 2 minutes on 2 cores, mostly encoding). The other five transfer
+tasks (SST2 alone is 70k sentences) run under ``-m slow`` and in ``benchmarks/senteval.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stages.modeling.encoder import SentenceEncoder
+from stages.senteval_protocol import STS_TASKS, evaluate
+
+# Spearman x100 of the real SentEval: 'all' for STS12-16 (and 'mean'), test for STS-B and SICK-R
+SENTEVAL_STS_ALL = {
+    "STS12": 72.37,
+    "STS13": 80.60,
+    "STS14": 75.59,
+    "STS15": 85.39,
+    "STS16": 78.99,
+    "STSBenchmark": 82.03,
+    "SICKRelatedness": 77.15,
+}
+SENTEVAL_STS_MEAN = {"STS12": 70.01, "STS13": 74.46, "STS14": 75.93, "STS15": 83.40, "STS16": 81.32}
+# test accuracy in 'fasttest' mode
+SENTEVAL_FASTTEST_ACC = {
+    "MR": 75.06,
+    "CR": 82.07,
+    "SUBJ": 91.89,
+    "MPQA": 86.96,
+    "SST2": 81.55,
+    "TREC": 88.40,
+    "MRPC": 71.71,
+}
+SENTEVAL_MRPC_F1 = 80.43
+STS_TOLERANCE, TRANSFER_TOLERANCE = 0.05, 0.5
+CI_TRANSFER_TASKS = ("CR", "TREC")
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_path: str) -> SentenceEncoder:
+    return SentenceEncoder(minilm_path, "mean", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def senteval_dir(shared_data: Path) -> Path:
+    return shared_data / "senteval"
+
+
+def test_sts_matches_senteval(minilm: SentenceEncoder, senteval_dir: Path) -> None:
+    results = evaluate(minilm, STS_TASKS, senteval_dir, "fasttest", batch_size=None)
+    for task, expected in SENTEVAL_STS_ALL.items():
+        assert results["summary"]["sts"][task] == pytest.approx(expected, abs=STS_TOLERANCE), task
+    for task, expected in SENTEVAL_STS_MEAN.items():
+        got = results["tasks"][task]["mean"]["spearman"]
+        assert got == pytest.approx(expected, abs=STS_TOLERANCE), task
+
+
+def _check_transfer(minilm: SentenceEncoder, senteval_dir: Path, tasks: tuple[str, ...]) -> None:
+    results = evaluate(minilm, tasks, senteval_dir, "fasttest", batch_size=None)
+    for task in tasks:
+        got = results["tasks"][task]["acc"]
+        assert got == pytest.approx(SENTEVAL_FASTTEST_ACC[task], abs=TRANSFER_TOLERANCE), task
+    if "MRPC" in tasks:
+        f1 = results["tasks"]["MRPC"]["f1"]
+        assert f1 == pytest.approx(SENTEVAL_MRPC_F1, abs=TRANSFER_TOLERANCE)
+
+
+def test_transfer_subset_matches_senteval(minilm: SentenceEncoder, senteval_dir: Path) -> None:
+    _check_transfer(minilm, senteval_dir, CI_TRANSFER_TASKS)
+
+
+@pytest.mark.slow
+def test_other_transfer_tasks_match_senteval(minilm: SentenceEncoder, senteval_dir: Path) -> None:
+    others = tuple(t for t in SENTEVAL_FASTTEST_ACC if t not in CI_TRANSFER_TASKS)
+    _check_transfer(minilm, senteval_dir, others)

@@ -1,0 +1,89 @@
+"""SentenceEncoder on tiny random BERTs with the real MiniLM tokenizer: input order, duplicates,
+poolers from encoder.json, fingerprints, and loud failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from senteval_testing import save_tiny_bert
+from transformers import AutoModel, AutoTokenizer
+
+from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
+from stages.modeling.encoder import EncoderError, SentenceEncoder
+from stages.modeling.pooling import pool
+
+SENTENCES = ["a man plays a guitar .", "two dogs run", "a man plays a guitar .", "", "hi"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory, minilm_path: str) -> Path:
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny") / "model", minilm_path)
+
+
+def test_rows_follow_the_input_and_match_one_sentence_at_a_time(tiny_bert: Path) -> None:
+    encoder = SentenceEncoder(str(tiny_bert), "mean", batch_size=2, device="cpu")
+    rows = encoder(SENTENCES)
+    assert rows.shape == (5, 32) and rows.dtype == np.float32
+    np.testing.assert_array_equal(rows[0], rows[2])
+    model = AutoModel.from_pretrained(tiny_bert).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    for sentence, row in zip(SENTENCES, rows, strict=True):
+        batch = tokenizer([sentence], return_tensors="pt")
+        with torch.no_grad():
+            expected = pool(model(**batch), batch["attention_mask"], "mean")[0]
+        np.testing.assert_allclose(row, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_checkpoint_pooler_comes_from_encoder_json_and_overrides_are_recorded(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    checkpoint = save_tiny_bert(tmp_path / "ckpt", str(tiny_bert))
+    write_encoder_info(
+        checkpoint,
+        EncoderInfo(
+            eval_pooler="cls_before_pooler", train_pooler="cls", max_seq_length=32, run_id="r1"
+        ),
+    )
+    from_file = SentenceEncoder(str(checkpoint), device="cpu")
+    assert (from_file.pooler, from_file.pooler_source) == ("cls_before_pooler", "encoder.json")
+    assert from_file.describe()["run_id"] == "r1"
+    overridden = SentenceEncoder(str(checkpoint), "first_last_mean", device="cpu")
+    assert overridden.describe()["pooler_source"] == "argument"
+    assert overridden.fingerprint != from_file.fingerprint
+    with pytest.raises(EncoderError, match=r"no encoder\.json .* pass a pooler"):
+        SentenceEncoder(str(tiny_bert), device="cpu")
+
+
+def test_fingerprint_follows_weights_pooler_and_precision(tiny_bert: Path, tmp_path: Path) -> None:
+    base = SentenceEncoder(str(tiny_bert), "mean", device="cpu")
+    assert SentenceEncoder(str(tiny_bert), "mean", device="cpu").fingerprint == base.fingerprint
+    other_weights = save_tiny_bert(tmp_path / "other", str(tiny_bert), seed=1)
+    assert SentenceEncoder(str(other_weights), "mean", device="cpu").fingerprint != base.fingerprint
+    assert SentenceEncoder(str(tiny_bert), "cls", device="cpu").fingerprint != base.fingerprint
+    bf16 = SentenceEncoder(str(tiny_bert), "mean", device="cpu", precision="bf16")
+    assert bf16.fingerprint != base.fingerprint
+
+
+def test_nan_weights_fail_naming_the_model_and_a_sentence(tiny_bert: Path, tmp_path: Path) -> None:
+    model = AutoModel.from_pretrained(tiny_bert)
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight[:] = float("nan")
+    broken = tmp_path / "broken"
+    model.save_pretrained(broken)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(broken)
+    encoder = SentenceEncoder(str(broken), "mean", device="cpu")
+    with pytest.raises(EncoderError, match=r"broken produced a non-finite embedding, e\.g\. for '"):
+        encoder(["fine words"])
+
+
+def test_missing_pooler_weights_refuse_the_cls_pooler(tiny_bert: Path, tmp_path: Path) -> None:
+    no_pooler = save_tiny_bert(tmp_path / "nopool", str(tiny_bert), pooler=False)
+    with pytest.raises(EncoderError, match="pooler 'cls' needs the trained pooler"):
+        SentenceEncoder(str(no_pooler), "cls", device="cpu")
+    assert SentenceEncoder(str(no_pooler), "cls_before_pooler", device="cpu")(["x"]).shape == (
+        1,
+        32,
+    )

@@ -1,0 +1,119 @@
+"""``evaluate`` end to end on a synthetic SentEval tree with a bag-of-words encoder: the results
+layout, encoding each sentence once, the cache, and loud failures on bad encoder output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from senteval_testing import BagOfWords
+
+from stages.senteval_protocol import (
+    STS_TASKS,
+    TASKS,
+    TRANSFER_TASKS,
+    EmbeddingCache,
+    EncoderOutputError,
+    StsbDevEvaluation,
+    evaluate,
+)
+from stages.senteval_protocol.loaders import downstream_dir, load_task
+
+
+def test_all_tasks_results_protocol_and_timings(
+    senteval_root: Path, bag_of_words: BagOfWords
+) -> None:
+    out = evaluate(bag_of_words, TASKS, senteval_root, "fasttest", batch_size=16, device="cpu")
+    assert set(out["tasks"]) == set(TASKS)
+    for name in TRANSFER_TASKS:
+        result = out["tasks"][name]
+        assert 50 < result["acc"] <= 100, name  # the keywords make every task learnable
+        assert {"devacc", "acc", "ndev", "ntest", "l2"} <= set(result)
+    assert 0 <= out["tasks"]["MRPC"]["f1"] <= 100
+    for name in STS_TASKS:
+        assert -100 <= out["summary"]["sts"][name] <= 100
+    assert set(out["tasks"]["STS15"]) == {"subsets", "all", "mean", "wmean", "n"}
+    assert out["tasks"]["STS15"]["n"] == 5 * 11  # one unscored pair per subset dropped
+    assert set(out["tasks"]["SICKRelatedness"]) == {"dev", "test"}
+    assert out["summary"]["transfer_avg"] == pytest.approx(
+        np.mean([out["tasks"][t]["acc"] for t in TRANSFER_TASKS])
+    )
+    protocol = out["protocol"]
+    assert protocol["mode"] == "fasttest"
+    assert protocol["classifier"]["kfold"] == 5 and protocol["classifier"]["optimizer"] == "rmsprop"
+    assert protocol["classifier"]["l2_grid"] == [1e-5, 1e-4, 1e-3, 1e-2]
+    assert len(protocol["data"]["files"]["MR"]) == 2
+    assert {"alignment", "uniformity"} <= set(out["alignment_uniformity"])
+    assert set(out["timings"]["tasks"]["MR"]) == {"encode_s", "classifier_s", "embeddings"}
+
+
+def test_each_distinct_sentence_is_encoded_once_in_batches(
+    senteval_root: Path, bag_of_words: BagOfWords
+) -> None:
+    tasks = ["STS12", "STS13", "MRPC", "CR"]
+    evaluate(bag_of_words, tasks, senteval_root, "fasttest", batch_size=8, device="cpu")
+    down = downstream_dir(senteval_root)
+    distinct = set().union(*(load_task(down, t).texts for t in tasks))
+    assert len(bag_of_words.encoded) == len(distinct)
+    assert set(bag_of_words.encoded) == distinct  # CR's empty line is sent as ''
+    assert max(len(call) for call in bag_of_words.calls) == 8
+
+    whole = BagOfWords()
+    evaluate(whole, tasks, senteval_root, "fasttest", batch_size=None, device="cpu")
+    assert len(whole.calls) == len(tasks) and sorted(whole.encoded) == sorted(distinct)
+
+
+def test_empty_sentence_text_is_configurable(senteval_root: Path, bag_of_words: BagOfWords) -> None:
+    evaluate(bag_of_words, ["CR"], senteval_root, "fasttest", device="cpu", empty_sentence=".")
+    assert "." in bag_of_words.encoded and "" not in bag_of_words.encoded
+
+
+def test_cache_makes_a_rerun_encode_nothing(senteval_root: Path, tmp_path: Path) -> None:
+    first_encoder, second_encoder = BagOfWords(), BagOfWords()
+    cache = EmbeddingCache(tmp_path / "cache", "fp1")
+    tasks = ["STS16", "TREC"]
+    first = evaluate(first_encoder, tasks, senteval_root, "fasttest", cache=cache, device="cpu")
+    second = evaluate(second_encoder, tasks, senteval_root, "fasttest", cache=cache, device="cpu")
+    assert first_encoder.calls and not second_encoder.calls
+    assert second["tasks"] == first["tasks"]
+    assert second["timings"]["tasks"]["TREC"]["embeddings"] == "cache"
+
+    # changed data: the stale entry is ignored and rewritten
+    trec = senteval_root / "downstream" / "TREC" / "TREC_10.label"
+    trec.write_text(trec.read_text(encoding="latin-1") + "HUM:ind Who is new here ?\n", "latin-1")
+    third_encoder = BagOfWords()
+    evaluate(third_encoder, ["TREC"], senteval_root, "fasttest", cache=cache, device="cpu")
+    assert third_encoder.calls
+
+
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [
+        (lambda s: np.full((len(s), 4), np.nan), "non-finite embedding"),
+        (lambda s: np.zeros((len(s) + 1, 4)), r"shape \(\d+, 4\) for \d+ sentences"),
+        (lambda s: np.zeros(len(s)), "shape"),
+    ],
+)
+def test_bad_encoder_output_fails_loudly(senteval_root: Path, broken, message: str) -> None:
+    with pytest.raises(EncoderOutputError, match=message):
+        evaluate(broken, ["STS13"], senteval_root, "fasttest")
+
+
+def test_unknown_task_or_mode(senteval_root: Path, bag_of_words: BagOfWords) -> None:
+    with pytest.raises(ValueError, match="unknown SentEval task"):
+        evaluate(bag_of_words, ["STS17"], senteval_root)
+    with pytest.raises(ValueError, match="unknown mode 'dev'"):
+        evaluate(bag_of_words, ["STS13"], senteval_root, "dev")
+
+
+def test_stsb_dev_evaluation_is_the_evaluators_own_numbers(
+    senteval_root: Path, bag_of_words: BagOfWords
+) -> None:
+    dev = StsbDevEvaluation(senteval_root)(bag_of_words)
+    full = evaluate(BagOfWords(), ["STSBenchmark"], senteval_root, "fasttest", device="cpu")
+    assert dev.spearman == full["tasks"]["STSBenchmark"]["dev"]["spearman"]
+    assert dev.pearson == full["tasks"]["STSBenchmark"]["dev"]["pearson"]
+    assert dev.alignment == full["alignment_uniformity"]["alignment"]
+    assert dev.uniformity == full["alignment_uniformity"]["uniformity"]
+    assert len(bag_of_words.encoded) == len(set(bag_of_words.encoded))
