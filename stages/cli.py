@@ -8,6 +8,7 @@ one readable message and exit status 2 instead of a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -26,8 +27,27 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def ensure_dvc_yaml_is_current(argv: Sequence[str]) -> None:
+    """Under `dvc repro` (DVC sets DVC_STAGE), refuse to run from a stale dvc.yaml.
+
+    dvc.yaml is generated from params.yaml's experiment matrix; if the matrix changed and the
+    file was not regenerated, DVC would silently skip new experiments.
+    """
+    if "DVC_STAGE" not in os.environ:
+        return
+    from stages.pipeline import check_dvc_yaml
+
+    params_file = str(DEFAULT_PARAMS)
+    if "--params" in argv:
+        params_file = argv[list(argv).index("--params") + 1]
+    problem = check_dvc_yaml(params_file)
+    if problem:
+        raise StageError(problem)
+
+
 def run(main: Callable[[Sequence[str] | None], object]) -> None:
     try:
+        ensure_dvc_yaml_is_current(sys.argv[1:])
         main(None)
     except (ParamsError, StageError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     StringConstraints,
@@ -75,16 +76,27 @@ class DataParams(Section):
 
 
 class TripletsParams(Section):
-    short_mask_rate: Fraction = Field(0.2, description="masking rate of s' (one contiguous span)")
-    long_mask_rate: Fraction = Field(0.4, description="masking rate of s'' (s' span enlarged)")
+    """ArcCSE's masked triplets (s, s', s''); the procedure is in stages/triplet_masking.py."""
+
+    short_mask_rate: Fraction = Field(
+        0.2, description="masked share of s in s' (one contiguous span), in units of s"
+    )
+    long_mask_rate: Fraction = Field(
+        0.4, description="masked share of s in s'' (the span of s' enlarged), in units of s"
+    )
     unit: Literal["token", "word"] = Field(
-        "token", description="masked unit: the backbone tokenizer's tokens, or words"
+        "token",
+        description="masked unit: the backbone tokenizer's tokens, or whitespace-separated words",
     )
-    replacement: Literal["mask", "delete"] = Field(
-        "mask", description="mask: one mask token per masked unit; delete: drop masked units"
+    replacement: Literal["mask_per_unit", "mask_per_span", "delete"] = Field(
+        "mask_per_unit",
+        description="mask_per_unit: one mask token per masked unit (keeps the length); "
+        "mask_per_span: one mask token for the whole span; delete: drop the masked units",
     )
-    min_words: PositiveInt = Field(25, description="sentences with fewer words get no triplet")
-    seed: int = 42
+    min_words: PositiveInt = Field(
+        25, description="sentences with fewer whitespace-separated words get no triplet"
+    )
+    seed: NonNegativeInt = Field(42, description="seeds the span positions of every line")
 
     @model_validator(mode="after")
     def _long_span_contains_short_span(self) -> Self:
@@ -218,6 +230,15 @@ class ResolvedMethod(Section):
     temperature: TemperatureSchedule
     train: TrainParams
 
+    @model_validator(mode="after")
+    def _schedule_needs_a_temperature(self) -> Self:
+        if self.temperature.schedule != "constant" and not self.objective.uses_temperature:
+            raise ValueError(
+                f"temperature.schedule '{self.temperature.schedule}': objective "
+                f"'{self.objective.name}' has no temperature to schedule"
+            )
+        return self
+
 
 class Params(Section):
     data: DataParams = DataParams()
@@ -284,12 +305,22 @@ def _describe(
     err: ValidationError, prefix: str = "", root: type[BaseModel] | None = None
 ) -> list[str]:
     """One line per problem: the dotted key path, what is wrong, and what is allowed."""
+    errors = err.errors(include_url=False)
+    locs = [e["loc"] for e in errors]
     lines = []
-    for e in err.errors(include_url=False):
+    for e in errors:
         loc = e["loc"]
+        if e["type"] == "too_short" and any(o[: len(loc)] == loc and o != loc for o in locs):
+            continue  # a container emptied by its failing items: the items' errors say why
+        if not loc and e["type"] == "value_error":
+            lines += e["msg"].removeprefix("Value error, ").splitlines()  # already have paths
+            continue
         shown = [str(p) for i, p in enumerate(loc) if not _is_objective_tag(loc, i)]
-        path = ".".join(([prefix] if prefix else []) + shown) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
+        if "[key]" in shown:
+            shown.remove("[key]")
+            msg = f"invalid name ({msg}: lowercase letters, digits, '-' and '_')"
+        path = ".".join(([prefix] if prefix else []) + shown) or "(top level)"
         if e["type"] == "extra_forbidden":
             allowed = _fields_at(root or Params, loc[:-1])
             msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")

@@ -1,8 +1,10 @@
 """The contract every training objective follows.
 
 An objective is a small frozen pydantic model holding its hyperparameters (validated when
-params.yaml is loaded) whose ``__call__`` maps two views of a batch of embeddings to a scalar
-loss. Objectives are pure functions of their inputs: no state, no device logic, fp32 math.
+params.yaml is loaded). Callers use ``objective(z, z_pos, tau=..., triplets=...)``, which checks
+the inputs, turns autocast off and upcasts half-precision inputs, so every loss is computed in at
+least fp32 (safe under bf16/fp16 autocast); subclasses implement ``compute`` on those inputs.
+Objectives are pure functions of their inputs: no state, no device logic, no host-device sync.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
+
+from stages.objectives.geometry import upcast
 
 Triplets = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -38,10 +42,9 @@ class ObjectiveParams(BaseModel):
 
     @property
     def initial_tau(self) -> float | None:
-        """The temperature the schedule starts from / returns to, if the objective has one."""
+        """The configured temperature: where a schedule ends (and what it returns when constant)."""
         return getattr(self, "tau", None) if self.uses_temperature else None
 
-    @abstractmethod
     def __call__(
         self,
         z: torch.Tensor,
@@ -56,3 +59,35 @@ class ObjectiveParams(BaseModel):
         negative. ``tau`` overrides the configured temperature (temperature schedules);
         ``triplets`` carries (s, s', s'') representations for objectives that need them.
         """
+        if z.ndim != 2 or z.shape != z_pos.shape:
+            raise ValueError(
+                f"{self.name}: expected two N x d views of the same shape, got "
+                f"{tuple(z.shape)} and {tuple(z_pos.shape)}"
+            )
+        if z.size(0) < 2:
+            raise ValueError(f"{self.name}: needs at least 2 rows (in-batch negatives), got 1")
+        if tau is not None and not self.uses_temperature:
+            raise ValueError(f"{self.name}: has no temperature, but tau={tau} was given")
+        if tau is not None and not tau > 0:
+            raise ValueError(f"{self.name}: tau must be > 0, got {tau}")
+        if triplets is not None and not self.needs_triplets:
+            raise ValueError(f"{self.name}: does not use triplets, but triplets were given")
+        with torch.autocast(device_type=z.device.type, enabled=False):
+            return self.compute(
+                upcast(z),
+                upcast(z_pos),
+                tau=self.initial_tau if tau is None else tau,
+                triplets=None if triplets is None else tuple(upcast(t) for t in triplets),
+            )
+
+    @abstractmethod
+    def compute(
+        self,
+        z: torch.Tensor,
+        z_pos: torch.Tensor,
+        *,
+        tau: float | None,
+        triplets: Triplets | None,
+    ) -> LossOutput:
+        """The loss on validated, full-precision inputs; ``tau`` is the temperature to use
+        (None for objectives without one)."""

@@ -1,4 +1,8 @@
-"""SimCSE's NT-Xent / InfoNCE with cosine similarity (Gao et al., 2021, eq. 1): the baseline."""
+"""SimCSE's NT-Xent / InfoNCE with cosine similarity (Gao et al., 2021, eq. 1): the baseline.
+
+l_i = -log( e^{cos(z_i, z'_i)/tau} / sum_j e^{cos(z_i, z'_j)/tau} ), mean over anchors; the
+denominator includes the positive (j = i). Row-wise, one direction, as in SimCSE.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +13,31 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.objectives.geometry import normalize, view_stats
 
 
-def cosine_matrix(z: torch.Tensor, z_pos: torch.Tensor) -> torch.Tensor:
-    """C[i, j] = cos(z_i, z'_j), computed in fp32 whatever the input dtype."""
-    return F.normalize(z.float(), dim=-1) @ F.normalize(z_pos.float(), dim=-1).T
-
-
-def infonce_loss(z: torch.Tensor, z_pos: torch.Tensor, tau: float) -> torch.Tensor:
-    cos = cosine_matrix(z, z_pos)
-    labels = torch.arange(cos.size(0), device=cos.device)
-    return F.cross_entropy(cos / tau, labels)
+def cross_entropy_per_anchor(logits: torch.Tensor) -> torch.Tensor:
+    """-log softmax(logits[i])[i] for every row i: the positive is on the diagonal."""
+    labels = torch.arange(logits.size(0), device=logits.device)
+    return F.cross_entropy(logits, labels, reduction="none")
 
 
 class InfoNCE(ObjectiveParams):
     """-log softmax_j(cos(z_i, z'_j) / tau)[i], mean over anchors; negatives include j != i."""
 
     name: Literal["infonce"]
-    tau: float = Field(0.05, gt=0, description="temperature")
+    tau: float = Field(0.05, gt=0, description="temperature (SimCSE: 0.05 on every backbone)")
 
     uses_temperature: ClassVar[bool] = True
 
-    def __call__(
+    def compute(
         self,
         z: torch.Tensor,
         z_pos: torch.Tensor,
         *,
-        tau: float | None = None,
-        triplets: Triplets | None = None,
+        tau: float | None,
+        triplets: Triplets | None,
     ) -> LossOutput:
-        return LossOutput(infonce_loss(z, z_pos, self.tau if tau is None else tau))
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        return LossOutput(cross_entropy_per_anchor(cos / tau).mean(), view_stats(h, h_pos))

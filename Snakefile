@@ -1,0 +1,26 @@
+"""Snakemake entry point: `snakemake --cores 1 --resources gpu=1`.
+
+The job graph comes from params.yaml through stages.pipeline (the same one dvc.yaml is
+generated from); the rules in workflow/rules/ only map it onto Snakemake. Use another params
+file with `--config params=presets/<name>.yaml`.
+"""
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+PARAMS_FILE = config.get("params", "params.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/download.smk"
+include: "workflow/rules/triplets.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        [out for job in JOBS.values() for out in job.outs],
+    default_target: True

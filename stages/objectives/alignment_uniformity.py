@@ -1,0 +1,159 @@
+"""Decoupled objectives of Nie et al. (ICLR 2023, "On the Inadequacy of Optimizing Alignment and
+Uniformity"): alignment + uniformity, DCL, and DCL+ (DCL with gradient dissipation).
+
+With h = normalize(z), h' = normalize(z'), N anchors, N - 1 in-batch negatives each:
+- L_a&u = (1 - lambda) L_align + lambda L_uniform                                   (eq. 2)
+  L_align = mean_i ||h_i - h'_i||^alpha                                             (eq. 3)
+  L_uniform = log 1/(N(N-1)) sum_i sum_{j != i} e^{-t ||h_i - h'_j||^2}              (eq. 29)
+  The released code [C] uses within-view pairs instead, averaged over the two views, plus a
+  constant 2t: 2t + (log mean_{i<j} e^{-t||h_i - h_j||^2} + the same for h') / 2.
+- L_dcl_i = -h_i.h'_i / tau + log sum_{j != i} e^{h_i.h'_j / tau}                   (eq. 5)
+- L_dcl+_i = max(L_dcl_i, 0)                                                        (eq. 10)
+Per-anchor losses are averaged over all anchors (inactive ones included), one direction.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Literal
+
+import torch
+from pydantic import Field
+
+from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.objectives.geometry import (
+    SQUARED_DISTANCE_FLOOR,
+    gram,
+    normalize,
+    off_diagonal,
+    view_stats,
+)
+
+
+def alignment_term(cos_pos: torch.Tensor, alpha: float) -> torch.Tensor:
+    """mean_i ||h_i - h'_i||^alpha from the positive cosines (||.||^2 = 2 - 2 cos)."""
+    squared = 2 - 2 * cos_pos
+    if alpha == 2:
+        return squared.mean()
+    return squared.clamp_min(SQUARED_DISTANCE_FLOOR).pow(alpha / 2).mean()
+
+
+def log_mean_offdiagonal_exp(cos: torch.Tensor, t: float) -> torch.Tensor:
+    """log 1/(N(N-1)) sum_{i != j} e^{-t (2 - 2 C_ij)}: uniformity over the off-diagonal pairs."""
+    n = cos.size(0)
+    exponents = (-t * (2 - 2 * cos)).masked_fill(~off_diagonal(n, cos.device), -math.inf)
+    return exponents.flatten().logsumexp(0) - math.log(n * (n - 1))
+
+
+def uniformity_cross_view(cos: torch.Tensor, t: float) -> torch.Tensor:
+    """Eq. 29: pairs (h_i, h'_j), i != j."""
+    return log_mean_offdiagonal_exp(cos, t)
+
+
+def uniformity_within_view(h: torch.Tensor, h_pos: torch.Tensor, t: float) -> torch.Tensor:
+    """The released code's variant: within-view pairs, averaged over the two views, + 2t.
+    (The mean over i < j equals the mean over i != j: the Gram matrix is symmetric.)"""
+    within = [log_mean_offdiagonal_exp(gram(v), t) for v in (h, h_pos)]
+    return 2 * t + (within[0] + within[1]) / 2
+
+
+def dcl_per_anchor(cos: torch.Tensor, tau: float) -> torch.Tensor:
+    """-cos_ii'/tau + log sum_{j != i} e^{cos_ij'/tau} (the positive left out of the sum)."""
+    logits = cos / tau
+    negatives = logits.masked_fill(~off_diagonal(cos.size(0), cos.device), -math.inf)
+    return negatives.logsumexp(dim=1) - logits.diagonal()
+
+
+Implementation = Literal["paper", "code"]
+
+
+class AlignUniform(ObjectiveParams):
+    """(1 - lambda) L_align(alpha) + lambda L_uniform(t) (eqs. 2-4, 29)."""
+
+    name: Literal["align_uniform"]
+    uniformity_weight: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        description="lambda (Table 2: 0.1 BERT-base/large, 0.2 RoBERTa-base, 0.4 RoBERTa-large)",
+    )
+    alpha: float = Field(2.0, gt=0, description="alignment exponent (Table 2: 2)")
+    t: float = Field(6.0, gt=0, description="uniformity scale (Table 2: 6; the metric uses 2)")
+    implementation: Implementation = Field(
+        "paper",
+        description="paper: cross-view uniformity of eq. 29; code: the released code's "
+        "within-view uniformity averaged over both views (+2t)",
+    )
+
+    def compute(
+        self,
+        z: torch.Tensor,
+        z_pos: torch.Tensor,
+        *,
+        tau: float | None,
+        triplets: Triplets | None,
+    ) -> LossOutput:
+        h, h_pos = normalize(z), normalize(z_pos)
+        align = alignment_term((h * h_pos).sum(-1), self.alpha)
+        if self.implementation == "paper":
+            uniform = uniformity_cross_view(h @ h_pos.T, self.t)
+        else:
+            uniform = uniformity_within_view(h, h_pos, self.t)
+        lam = self.uniformity_weight
+        stats = view_stats(h, h_pos) | {"alignment": align.detach(), "uniformity": uniform.detach()}
+        return LossOutput((1 - lam) * align + lam * uniform, stats)
+
+
+class DCL(ObjectiveParams):
+    """Decoupled contrastive loss (Yeh et al.) as in Nie et al. eq. 5: cross-view negatives only,
+    one direction."""
+
+    name: Literal["dcl"]
+    tau: float = Field(
+        0.03,
+        gt=0,
+        description="temperature (Table 2: 0.03 BERT-base, 0.01 BERT-large, "
+        "0.02 RoBERTa-base/large)",
+    )
+
+    uses_temperature: ClassVar[bool] = True
+
+    def compute(
+        self,
+        z: torch.Tensor,
+        z_pos: torch.Tensor,
+        *,
+        tau: float | None,
+        triplets: Triplets | None,
+    ) -> LossOutput:
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        return LossOutput(dcl_per_anchor(cos, tau).mean(), view_stats(h, h_pos))
+
+
+class DCLPlus(ObjectiveParams):
+    """max(L_dcl, 0) per anchor (eq. 10): the gradient of anchors with L_dcl < 0 is cut."""
+
+    name: Literal["dcl_plus"]
+    tau: float = Field(
+        0.17,
+        gt=0,
+        description="temperature (Table 2: 0.17 BERT-base, 0.18 BERT-large, "
+        "0.15 RoBERTa-base, 0.17 RoBERTa-large)",
+    )
+
+    uses_temperature: ClassVar[bool] = True
+
+    def compute(
+        self,
+        z: torch.Tensor,
+        z_pos: torch.Tensor,
+        *,
+        tau: float | None,
+        triplets: Triplets | None,
+    ) -> LossOutput:
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        per_anchor = torch.relu(dcl_per_anchor(cos, tau))
+        stats = view_stats(h, h_pos) | {"active_fraction": (per_anchor.detach() > 0).float().mean()}
+        return LossOutput(per_anchor.mean(), stats)

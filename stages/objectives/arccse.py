@@ -1,0 +1,115 @@
+"""ArcCSE (Zhang et al., 2022, ACL): ArcCon loss and the masked-triplet loss.
+
+ArcCon (eq. 3): an additive angular margin m on the positive pair only,
+    l_i = -log( e^{cos(theta_ii' + m)/tau} / (e^{cos(theta_ii' + m)/tau}
+                                              + sum_{j != i} e^{cos theta_ij' / tau}) ),
+mean over anchors, row-wise (as SimCSE); with m = 0 it is exactly NT-Xent (eq. 1). theta + m > pi
+is not special-cased (the paper mentions no easy-margin / threshold trick).
+
+Triplet loss (eq. 4), on representations of (s, s', s'') encoded with dropout off:
+    l_i = max(0, cos(h_i, h_i'') - cos(h_i, h_i') + m_tri),  m_tri = 0,
+per triplet (the diagonal, not all pairs), mean over the triplets of the step.
+ArcCSE (eq. 5): L = L_arc + lambda * L_tri, lambda = 0.1.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Literal
+
+import torch
+from pydantic import Field
+
+from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.objectives.geometry import angle, normalize, row_cosines, view_stats
+from stages.objectives.infonce import cross_entropy_per_anchor
+
+
+def arccon_logits(cos: torch.Tensor, tau: float, margin: float) -> torch.Tensor:
+    """cos(theta_ii' + m)/tau on the diagonal, cos(theta_ij')/tau elsewhere (margin in radians)."""
+    if margin == 0:
+        return cos / tau  # exactly NT-Xent, without the arccos round trip
+    return torch.diagonal_scatter(cos, torch.cos(angle(cos.diagonal()) + margin)) / tau
+
+
+def triplet_per_example(
+    h: torch.Tensor, h_short: torch.Tensor, h_long: torch.Tensor, margin: float
+) -> torch.Tensor:
+    """max(0, cos(h, h'') - cos(h, h') + m) per triplet; h' masks 20% of s, h'' 40%."""
+    return torch.relu(row_cosines(h, h_long) - row_cosines(h, h_short) + margin)
+
+
+def _margin_field(default: float) -> Any:
+    return Field(
+        default,
+        ge=0,
+        lt=180,
+        description="additive angular margin m on the positive pair, in degrees "
+        "(ArcCSE: 10 on every backbone; 0 gives NT-Xent)",
+    )
+
+
+class ArcCon(ObjectiveParams):
+    """ArcCon loss alone (ArcCSE 'w/o Triplet loss'; the ArcCon baseline of SimACE and of the
+    temperature cool-down paper)."""
+
+    name: Literal["arccon"]
+    tau: float = Field(0.05, gt=0, description="temperature (ArcCSE: 0.05 on every backbone)")
+    margin_deg: float = _margin_field(10.0)
+
+    uses_temperature: ClassVar[bool] = True
+
+    def compute(
+        self,
+        z: torch.Tensor,
+        z_pos: torch.Tensor,
+        *,
+        tau: float | None,
+        triplets: Triplets | None,
+    ) -> LossOutput:
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        loss = cross_entropy_per_anchor(arccon_logits(cos, tau, math.radians(self.margin_deg)))
+        return LossOutput(loss.mean(), view_stats(h, h_pos))
+
+
+class ArcCSE(ObjectiveParams):
+    """L_arc + lambda * L_tri (eq. 5). ``margin_deg: 0`` is the 'w/o ArcCon loss' ablation
+    (NT-Xent + lambda * L_tri); the 'w/o Triplet loss' ablation is the ``arccon`` objective.
+
+    ``triplets`` = (h, h', h'') for the step's sentences with at least 25 words (dropout off);
+    None or empty tensors when the step has none, which contributes 0.
+    """
+
+    name: Literal["arccse"]
+    tau: float = Field(0.05, gt=0, description="temperature of ArcCon (0.05 on every backbone)")
+    margin_deg: float = _margin_field(10.0)
+    triplet_weight: float = Field(
+        0.1, gt=0, description="lambda, weight of the triplet loss (0.1 on every backbone)"
+    )
+    triplet_margin: float = Field(
+        0.0, ge=0, lt=2, description="m of the triplet hinge on cosines (0 on every backbone)"
+    )
+
+    uses_temperature: ClassVar[bool] = True
+    needs_triplets: ClassVar[bool] = True
+
+    def compute(
+        self,
+        z: torch.Tensor,
+        z_pos: torch.Tensor,
+        *,
+        tau: float | None,
+        triplets: Triplets | None,
+    ) -> LossOutput:
+        h, h_pos = normalize(z), normalize(z_pos)
+        cos = h @ h_pos.T
+        loss = cross_entropy_per_anchor(arccon_logits(cos, tau, math.radians(self.margin_deg)))
+        loss = loss.mean()
+        stats = view_stats(h, h_pos)
+        if triplets is not None and triplets[0].size(0) > 0:
+            hinge = triplet_per_example(*triplets, margin=self.triplet_margin)
+            loss = loss + self.triplet_weight * hinge.mean()
+            stats["triplet_loss"] = hinge.detach().mean()
+            stats["triplet_active_fraction"] = (hinge.detach() > 0).float().mean()
+        return LossOutput(loss, stats)

@@ -1,0 +1,223 @@
+"""Stage: ArcCSE's masked triplets (s, s', s'') of the training corpus, as one Parquet file.
+
+    python -m stages.triplets --corpus PATH --backbone KEY --output PATH [--params params.yaml]
+
+writes the triplets at ``--output`` (columns and dtypes: ``TRIPLETS_SCHEMA``; the procedure:
+``stages.triplet_masking``) and their counts as JSON next to it (``stats_path``). The trainer
+reads the file with ``read_triplets``, which checks the contract. Outputs are content-addressed:
+``triplets_address`` names the file after everything that determines its bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from stages.atomic import atomic_path, write_json
+from stages.cli import StageError, parser, run
+from stages.modeling.backbone import load_tokenizer
+from stages.params import TripletsParams, load_params
+from stages.triplet_masking import (
+    TRIPLETS_SCHEMA,
+    MaskingTokenizer,
+    TripletCounts,
+    TripletsError,
+    generate_triplets,
+    split_lines,
+)
+
+# Bump when the procedure or the file layout changes: every cached triplet file is then stale.
+FORMAT_VERSION = 1
+ADDRESS_LENGTH = 16
+# Fixed writer settings: with the same polars version, the same frame gives the same bytes.
+PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "statistics": True,
+    "row_group_size": 65536,
+}
+
+
+def triplets_address(
+    corpus_fingerprint: str, tokenizer_identity: str, params: TripletsParams
+) -> str:
+    """A short hash naming the triplet file of this corpus, tokenizer and params.
+
+    ``corpus_fingerprint``: anything that changes with the corpus bytes (its sha256, e.g. from
+    the data manifest). ``tokenizer_identity``: anything that changes with
+    the backbone's tokenizer, e.g. ``f"{backbone.model}@{backbone.revision}"`` (cheap at DAG
+    time; the stats record the tokenizer's own fingerprint). Used as
+    ``data/triplets/<address>.parquet``.
+    """
+    recipe = {
+        "format_version": FORMAT_VERSION,
+        "corpus": corpus_fingerprint,
+        "tokenizer": tokenizer_identity,
+        "params": params.model_dump(mode="json"),
+    }
+    canonical = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:ADDRESS_LENGTH]
+
+
+def tokenizer_fingerprint(tokenizer: MaskingTokenizer) -> str:
+    """sha256 of everything about the tokenizer that the triplets depend on."""
+    state = {
+        "backend": json.loads(tokenizer.backend.to_str()),
+        "mask_token": tokenizer.mask_token,
+        "mask_token_id": tokenizer.mask_token_id,
+        "max_tokens": tokenizer.max_tokens,
+    }
+    canonical = json.dumps(state, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def stats_path(output: str | Path) -> Path:
+    """Where the counts of the triplet file ``output`` go: ``<stem>.stats.json`` beside it."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.stats.json")
+
+
+def read_corpus(path: str | Path) -> tuple[list[str], str]:
+    """The corpus lines (``split_lines``) and the sha256 of the file's bytes."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise StageError(f"corpus {path}: no such file") from None
+    except OSError as err:
+        raise StageError(f"corpus {path}: cannot read: {err.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise StageError(
+            f"corpus {path}, line {line}: not UTF-8 ({err.reason} at byte {err.start})"
+        ) from None
+    return split_lines(text), hashlib.sha256(data).hexdigest()
+
+
+def write_triplets(triplets: pl.DataFrame, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        triplets.rechunk().write_parquet(tmp, **PARQUET_OPTIONS)
+
+
+def read_triplets(path: str | Path) -> pl.DataFrame:
+    """The triplet file at ``path``, checked against ``TRIPLETS_SCHEMA`` (names, dtypes, nulls)."""
+    path = Path(path)
+    try:
+        schema = pl.read_parquet_schema(path)
+    except FileNotFoundError:
+        raise StageError(f"triplets {path}: no such file") from None
+    except (OSError, pl.exceptions.PolarsError) as err:
+        raise StageError(f"triplets {path}: not a readable Parquet file ({err})") from None
+    problems = [
+        f"column {name!r} is missing (expected {dtype})"
+        if name not in schema
+        else f"column {name!r} has dtype {schema[name]}, expected {dtype}"
+        for name, dtype in TRIPLETS_SCHEMA.items()
+        if schema.get(name) != dtype
+    ]
+    problems += [f"unexpected column {name!r}" for name in schema if name not in TRIPLETS_SCHEMA]
+    if problems:
+        raise StageError(f"triplets {path}: " + "; ".join(problems))
+    triplets = pl.read_parquet(path)
+    nulls = {name: n for name, n in triplets.null_count().row(0, named=True).items() if n}
+    if nulls:
+        listed = ", ".join(f"{name!r} ({n})" for name, n in nulls.items())
+        raise StageError(f"triplets {path}: null values in column(s) {listed}")
+    return triplets
+
+
+def triplet_stats(
+    triplets: pl.DataFrame,
+    counts: TripletCounts,
+    params: TripletsParams,
+    *,
+    corpus_sha256: str,
+    backbone: dict[str, Any],
+    tokenizer: MaskingTokenizer,
+) -> dict[str, Any]:
+    """The stats JSON: counts (every line is a triplet or skipped for one reason), provenance
+    and the realised span lengths. Deterministic: no paths, times or versions."""
+    summary = triplets.select(
+        units_mean=pl.col("n_units").mean(),
+        units_min=pl.col("n_units").min(),
+        units_max=pl.col("n_units").max(),
+        short_fraction=((pl.col("short_end") - pl.col("short_start")) / pl.col("n_units")).mean(),
+        long_fraction=((pl.col("long_end") - pl.col("long_start")) / pl.col("n_units")).mean(),
+    ).row(0, named=True)
+
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 6)
+
+    return {
+        "format_version": FORMAT_VERSION,
+        "corpus_sha256": corpus_sha256,
+        "backbone": backbone,
+        "tokenizer": {
+            "fingerprint": tokenizer_fingerprint(tokenizer),
+            "mask_token": tokenizer.mask_token,
+            "max_tokens": tokenizer.max_tokens,
+        },
+        "params": params.model_dump(mode="json"),
+        "lines": counts.lines,
+        "triplets": counts.triplets,
+        "skipped": counts.skipped,
+        "units_per_sentence": {
+            "mean": rounded(summary["units_mean"]),
+            "min": summary["units_min"],
+            "max": summary["units_max"],
+        },
+        "masked_fraction_mean": {
+            "short": rounded(summary["short_fraction"]),
+            "long": rounded(summary["long_fraction"]),
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser("Generate ArcCSE's masked triplets (s, s', s'') of a corpus as Parquet.")
+    p.add_argument("--corpus", required=True, help="training corpus, one sentence per line")
+    p.add_argument("--backbone", required=True, help="key in params.yaml's backbones")
+    p.add_argument("--output", required=True, help="the Parquet file to write")
+    args = p.parse_args(argv)
+
+    params = load_params(args.params)
+    if args.backbone not in params.backbones:
+        defined = ", ".join(sorted(params.backbones))
+        raise StageError(f"--backbone {args.backbone!r}: not in {args.params}; defined: {defined}")
+    backbone = params.backbones[args.backbone]
+    lines, corpus_sha256 = read_corpus(args.corpus)
+    try:
+        loaded = load_tokenizer(backbone)
+    except (OSError, ValueError) as err:
+        raise StageError(
+            f"backbone {args.backbone!r} ({backbone.model}): cannot load its tokenizer: {err}"
+        ) from None
+    try:
+        tokenizer = MaskingTokenizer.from_pretrained(loaded)
+        triplets, counts = generate_triplets(lines, tokenizer, params.triplets)
+    except TripletsError as err:
+        raise StageError(f"backbone {args.backbone!r} ({backbone.model}): {err}") from None
+
+    stats = triplet_stats(
+        triplets,
+        counts,
+        params.triplets,
+        corpus_sha256=corpus_sha256,
+        backbone={"key": args.backbone, "model": backbone.model, "revision": backbone.revision},
+        tokenizer=tokenizer,
+    )
+    write_triplets(triplets, args.output)
+    write_json(stats_path(args.output), stats)
+    skipped = ", ".join(f"{reason} {n:,}" for reason, n in counts.skipped.items())
+    print(f"triplets: {counts.triplets:,} of {counts.lines:,} lines ({skipped}) -> {args.output}")
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,102 @@
+"""Diagnostics: Wang & Isola metrics, batch angles and gaps, gradient norms, closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from objective_testing import numpy_unit, views
+
+from stages.objectives import diagnostics
+from stages.objectives.geometry import cosine_matrix
+from stages.objectives.infonce import cross_entropy_per_anchor
+
+
+def test_alignment_and_uniformity_are_wang_isola():
+    z, z_pos = views(correlated=1.0)
+    h, h_pos = numpy_unit(z), numpy_unit(z_pos)
+    n = len(h)
+    align = np.mean([np.sum((h[i] - h_pos[i]) ** 2) for i in range(n)])
+    pairs = [math.exp(-2 * np.sum((h[i] - h[j]) ** 2)) for i in range(n) for j in range(i + 1, n)]
+    assert diagnostics.alignment(z, z_pos).item() == pytest.approx(align, rel=1e-12)
+    assert diagnostics.uniformity(z).item() == pytest.approx(math.log(np.mean(pairs)), rel=1e-12)
+
+
+def test_mean_angles_and_euclidean_gap():
+    z, z_pos = views(correlated=1.0)
+    h, h_pos = numpy_unit(z), numpy_unit(z_pos)
+    n = len(h)
+    theta = np.degrees(np.arccos(np.clip(h @ h_pos.T, -1, 1)))
+    pos, neg = diagnostics.mean_angles_deg(z, z_pos)
+    assert pos.item() == pytest.approx(np.mean(np.diag(theta)), rel=1e-9)
+    assert neg.item() == pytest.approx(np.mean(theta[~np.eye(n, dtype=bool)]), rel=1e-9)
+    gaps = [
+        np.mean([np.linalg.norm(h[i] - h_pos[j]) for j in range(n) if j != i])
+        - np.linalg.norm(h[i] - h_pos[i])
+        for i in range(n)
+    ]
+    assert diagnostics.euclidean_gap(z, z_pos).item() == pytest.approx(np.mean(gaps), rel=1e-9)
+
+
+def test_infonce_negative_gradient_norm_is_the_summed_negatives():
+    """||sum_j grad^neg_j||: the gradient through the negative logits only (eq. 6)."""
+    tau = 0.05
+    z, z_pos = views(correlated=1.0)
+    anchors_for_negatives = z.detach().clone().requires_grad_()
+    positives = cosine_matrix(z.detach(), z_pos.detach()).diagonal()
+    negatives = cosine_matrix(anchors_for_negatives, z_pos.detach())
+    logits = torch.diagonal_scatter(negatives, positives)
+    (g,) = torch.autograd.grad(cross_entropy_per_anchor(logits / tau).sum(), anchors_for_negatives)
+    _, negative = diagnostics.infonce_gradient_norms(z.detach(), z_pos.detach(), tau)
+    torch.testing.assert_close(negative, g.norm(dim=1), rtol=1e-9, atol=1e-14)
+
+
+def test_closed_forms_take_numpy_or_torch():
+    theta_pos = np.linspace(0.1, 1.5, 7)
+    theta_neg = np.stack([np.linspace(0.3, 3.0, 5)] * 7)
+    as_numpy = diagnostics.cl_negative_norms(theta_pos, theta_neg, 0.05)
+    as_torch = diagnostics.cl_negative_norms(
+        torch.from_numpy(theta_pos), torch.from_numpy(theta_neg), 0.05
+    )
+    assert isinstance(as_numpy, np.ndarray) and isinstance(as_torch, torch.Tensor)
+    np.testing.assert_allclose(as_numpy, as_torch.numpy())
+    components = diagnostics.met_components(theta_pos, theta_neg, 0.45)
+    assert all(isinstance(c, np.ndarray) for c in components)
+
+
+def test_repeat_stands_for_identical_negatives():
+    theta_pos, theta_neg = np.array([0.4, 0.9]), np.array([[1.2], [1.0]])
+    repeated = diagnostics.cl_positive_norm(theta_pos, theta_neg, 0.05, repeat=63)
+    explicit = diagnostics.cl_positive_norm(theta_pos, np.repeat(theta_neg, 63, axis=1), 0.05)
+    np.testing.assert_allclose(repeated, explicit, rtol=1e-12)
+
+
+def test_gradient_dissipation_region_shrinks_with_more_negatives():
+    """Nie et al. Fig. 2a: ||grad^pos_cl|| vanishes once theta_ij' is adequately larger than
+    theta_ii', and the weak-gradient region shrinks as the number of negatives grows."""
+    theta_pos, theta_neg = np.array([0.6]), np.array([[1.2]])
+    norms = [
+        diagnostics.cl_positive_norm(theta_pos, theta_neg, 0.05, repeat=k)[0] for k in (64, 4096)
+    ]
+    assert norms[0] < 0.05 * diagnostics.dcl_positive_norm(theta_pos, 0.05)[0]
+    assert norms[1] > 10 * norms[0]
+
+
+def test_hardest_weight_share_limits():
+    theta_neg = np.array([[0.5, 1.0, 1.5, 2.0]])
+    assert diagnostics.hardest_weight_share(theta_neg, 1e-3)[0] == pytest.approx(1.0)
+    assert diagnostics.hardest_weight_share(theta_neg, 1e3)[0] == pytest.approx(0.25, rel=1e-3)
+
+
+def test_batch_diagnostics_are_cheap_detached_scalars():
+    z = torch.randn(32, 24, requires_grad=True)
+    z_pos = z.detach() + 0.3 * torch.randn(32, 24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        stats = diagnostics.batch_diagnostics(z.bfloat16(), z_pos.bfloat16(), tau=0.05)
+    assert set(stats) == {"alignment", "uniformity", "pos_angle_deg", "neg_angle_deg",
+                          "euclidean_gap", "infonce_grad_pos", "infonce_grad_neg"}  # fmt: skip
+    for value in stats.values():
+        assert value.ndim == 0 and not value.requires_grad and torch.isfinite(value)
+        assert value.dtype == torch.float32

@@ -1,0 +1,119 @@
+"""Every objective is selectable by name in params.yaml, defaults are the papers' BERT-base
+values, and bad hyperparameters are rejected with a message naming the key."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import yaml
+
+from stages.objectives.registry import OBJECTIVES, OBJECTIVES_BY_NAME
+from stages.params import DEFAULT_PARAMS, ParamsError, parse_params
+
+BERT_BASE_DEFAULTS = {
+    "infonce": {"tau": 0.05},
+    "arccon": {"tau": 0.05, "margin_deg": 10.0},
+    "arccse": {"tau": 0.05, "margin_deg": 10.0, "triplet_weight": 0.1, "triplet_margin": 0.0},
+    "simace": {"tau": 0.06, "margin_deg": 10.0},
+    "align_uniform": {"uniformity_weight": 0.1, "alpha": 2.0, "t": 6.0, "implementation": "paper"},
+    "dcl": {"tau": 0.03},
+    "dcl_plus": {"tau": 0.17},
+    "mpt": {"margin": 0.23, "implementation": "paper"},
+    "met": {"margin": 0.45, "implementation": "paper"},
+    "mat": {"margin_pi": 0.15, "implementation": "paper"},
+    "align_mhe": {"uniformity_weight": 10.0, "margin": 0.30, "tau": 0.05, "ratio": 1.75},
+    "align_mhs": {"uniformity_weight": 1.0, "margin": 0.30, "ratio": 1.75},
+    "barlow_twins": {"off_diagonal_weight": 30.0, "margin": 0.30, "tau": 0.05, "ratio": 1.5},
+    "vicreg": {"covariance_weight": 30.0, "margin": 0.30, "tau": 0.05, "ratio": 1.5},
+}
+
+
+def with_method(objective: dict, temperature: dict | None = None) -> dict:
+    raw = yaml.safe_load(DEFAULT_PARAMS.read_text())
+    raw = copy.deepcopy(raw)
+    raw["methods"]["candidate"] = {"objective": objective} | (
+        {"temperature": temperature} if temperature else {}
+    )
+    return raw
+
+
+def test_every_objective_is_registered_once():
+    assert sorted(OBJECTIVES_BY_NAME) == sorted(BERT_BASE_DEFAULTS)
+    assert len(OBJECTIVES) == len(OBJECTIVES_BY_NAME)
+
+
+@pytest.mark.parametrize("name", sorted(BERT_BASE_DEFAULTS))
+def test_selectable_by_name_with_the_papers_defaults(name):
+    params = parse_params(with_method({"name": name}))
+    chosen = params.methods["candidate"].objective
+    assert type(chosen) is OBJECTIVES_BY_NAME[name]
+    for field, value in BERT_BASE_DEFAULTS[name].items():
+        assert getattr(chosen, field) == value, field
+
+
+def test_hyperparameters_and_switches_are_read():
+    objective = {"name": "barlow_twins", "gradient_dissipation": True, "softmax_weight": True,
+                 "static_ratio": True, "margin": 0.37, "tau": 0.05, "ratio": 1.25}  # fmt: skip
+    chosen = parse_params(with_method(objective)).methods["candidate"].objective
+    assert chosen.gradient_dissipation and chosen.softmax_weight and chosen.static_ratio
+    assert (chosen.margin, chosen.ratio) == (0.37, 1.25)
+
+
+@pytest.mark.parametrize(
+    ("objective", "message"),
+    [
+        (
+            {"name": "infonce", "tau": 0},
+            "methods.candidate.objective.tau: Input should be greater than 0",
+        ),
+        (
+            {"name": "dcl", "tau": -0.1},
+            "methods.candidate.objective.tau: Input should be greater than 0",
+        ),
+        (
+            {"name": "arccon", "margin_deg": 200},
+            "objective.margin_deg: Input should be less than 180",
+        ),
+        (
+            {"name": "simace", "margin_deg": 120},
+            "objective.margin_deg: Input should be less than or equal to 90",
+        ),
+        (
+            {"name": "mat", "margin_pi": 1.5},
+            "objective.margin_pi: Input should be less than or equal to 1",
+        ),
+        ({"name": "align_uniform", "uniformity_weight": 1.2}, "objective.uniformity_weight"),
+        (
+            {"name": "mpt", "implementation": "tf"},
+            "objective.implementation: Input should be 'paper' or 'code'",
+        ),
+        ({"name": "align_mhs", "softmax_weight": True}, "objective.softmax_weight: unknown key"),
+        (
+            {"name": "arccse", "triplet_weight": 0},
+            "objective.triplet_weight: Input should be greater than 0",
+        ),
+        ({"name": "vicreg", "ratio": 0}, "objective.ratio: Input should be greater than 0"),
+        ({"name": "simcse"}, "does not match any of the expected tags: 'infonce'"),
+    ],
+)
+def test_bad_hyperparameters_are_rejected_clearly(objective, message):
+    with pytest.raises(ParamsError) as error:
+        parse_params(with_method(objective))
+    assert message in str(error.value)
+
+
+def test_schedule_needs_an_objective_with_a_temperature():
+    cool_down = {"schedule": "tcc", "initial_tau": 0.1, "step_ratio": 0.014}
+    parse_params(with_method({"name": "arccon"}, cool_down))
+    with pytest.raises(ParamsError, match="objective 'mpt' has no temperature to schedule"):
+        parse_params(with_method({"name": "mpt"}, cool_down))
+
+
+def test_temperature_flags_match_the_objectives():
+    with_tau = {n for n, cls in OBJECTIVES_BY_NAME.items() if cls.uses_temperature}
+    assert with_tau == {n for n, d in BERT_BASE_DEFAULTS.items() if "tau" in d}
+    assert {n for n, cls in OBJECTIVES_BY_NAME.items() if cls.needs_triplets} == {"arccse"}
+    assert math.isclose(OBJECTIVES_BY_NAME["simace"](name="simace").initial_tau, 0.06)
+    assert OBJECTIVES_BY_NAME["mpt"](name="mpt").initial_tau is None

@@ -1,0 +1,204 @@
+"""params.yaml validation: every bad input stops with one message naming the key path."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stages.params import ParamsError, load_params, parse_params
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT = yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def edited(edit: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(DEFAULT)
+    edit(raw)
+    return raw
+
+
+def set_key(path: str, value: Any):
+    def edit(raw: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = raw
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+        node[last] = value
+
+    return edit
+
+
+# (case, edit, fragments the message must contain)
+BAD_PARAMS = [
+    ("unknown section", set_key("trian", {}), ["trian: unknown key", "allowed keys: data"]),
+    ("unknown train key", set_key("train.lr", 1e-5), ["train.lr: unknown key", "learning_rate"]),
+    (
+        "unknown objective",
+        set_key("methods.simcse.objective", {"name": "nce"}),
+        ["methods.simcse.objective", "'nce'", "'infonce'"],
+    ),
+    (
+        "unknown objective key",
+        set_key("methods.simcse.objective.margin", 1),
+        ["methods.simcse.objective.margin: unknown key", "allowed keys: name, tau"],
+    ),
+    (
+        "unknown pooler",
+        set_key("train.pooler", "avg"),
+        ["train.pooler", "'cls', 'cls_before_pooler', 'mean' or 'first_last_mean'", "'avg'"],
+    ),
+    ("tau zero", set_key("methods.simcse.objective.tau", 0), ["objective.tau", "greater than 0"]),
+    ("tau negative", set_key("methods.simcse.objective.tau", -0.05), ["greater than 0", "-0.05"]),
+    ("masking rate 1", set_key("triplets.long_mask_rate", 1.0), ["long_mask_rate", "less than 1"]),
+    (
+        "masking rate 0",
+        set_key("triplets.short_mask_rate", 0),
+        ["short_mask_rate", "greater than 0"],
+    ),
+    (
+        "masking rates not nested",
+        set_key("triplets.long_mask_rate", 0.1),
+        ["triplets", "long_mask_rate (0.1) must exceed short_mask_rate (0.2)"],
+    ),
+    (
+        "wrong type",
+        set_key("train.batch_size", "sixty-four"),
+        ["train.batch_size", "valid integer", "'sixty-four'"],
+    ),
+    ("negative learning rate", set_key("train.learning_rate", -3e-5), ["train.learning_rate"]),
+    ("dropout of 1", set_key("train.dropout", 1.0), ["train.dropout", "less than 1"]),
+    (
+        "unknown method in matrix",
+        set_key("experiments.0.methods", ["simcse", "arcse"]),
+        ["experiments.0.methods: unknown name 'arcse'", "defined: simcse"],
+    ),
+    (
+        "unknown backbone in matrix",
+        set_key("experiments.0.backbones", ["bert-large"]),
+        ["experiments.0.backbones: unknown name 'bert-large'", "defined: bert-base"],
+    ),
+    (
+        "unknown backbone in baseline",
+        set_key("baselines.bert-base-first-last.backbone", "roberta-base"),
+        ["baselines.bert-base-first-last.backbone: unknown name 'roberta-base'"],
+    ),
+    (
+        "unknown key in a method's train override",
+        set_key("methods.simcse.train", {"learning_rat": 1e-5}),
+        ["methods.simcse.train.learning_rat: unknown key", "learning_rate"],
+    ),
+    (
+        "bad value in a per-backbone override",
+        set_key("methods.simcse.per_backbone", {"bert-base": {"objective": {"tau": -1}}}),
+        ["methods.simcse.per_backbone.bert-base.objective.tau", "greater than 0"],
+    ),
+    (
+        "per-backbone override of an unknown backbone",
+        set_key("methods.simcse.per_backbone", {"bert-huge": {"train": {"batch_size": 32}}}),
+        ["methods.simcse.per_backbone: unknown name 'bert-huge'"],
+    ),
+    (
+        "cool-down without its parameters",
+        set_key("methods.simcse.temperature", {"schedule": "tcc"}),
+        ["methods.simcse.temperature", "needs both initial_tau", "step_ratio"],
+    ),
+    (
+        "unknown schedule",
+        set_key("methods.simcse.temperature", {"schedule": "cosine"}),
+        ["methods.simcse.temperature.schedule", "'constant', 'tcc', 'tcs' or 'linear'"],
+    ),
+    (
+        "unknown SentEval task",
+        set_key("senteval.tasks", ["STS12", "STS17"]),
+        ["senteval.tasks.1", "'STS17'", "'STS12'"],
+    ),
+    ("unknown SentEval mode", set_key("senteval.mode", "fast"), ["senteval.mode", "'fasttest'"]),
+    ("unknown data source", set_key("data.source", "s3"), ["data.source", "'remote' or 'local'"]),
+    (
+        "method name unsafe for paths",
+        set_key("methods.SimCSE v2", copy.deepcopy(DEFAULT["methods"]["simcse"])),
+        ["methods.SimCSE v2", "should match pattern"],
+    ),
+    ("empty matrix", set_key("experiments", []), ["experiments", "at least 1 item"]),
+    ("empty seeds", set_key("experiments.0.seeds", []), ["experiments.0.seeds", "at least 1"]),
+    ("backbone without model", set_key("backbones.bert-base", {}), ["backbones.bert-base.model"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragments"), [c[1:] for c in BAD_PARAMS], ids=[c[0] for c in BAD_PARAMS]
+)
+def test_bad_params_are_rejected_with_the_key_path(edit: Any, fragments: list[str]) -> None:
+    with pytest.raises(ParamsError) as err:
+        parse_params(edited(edit))
+    message = str(err.value)
+    assert message.startswith("params.yaml is invalid:")
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    def several(raw: dict[str, Any]) -> None:
+        raw["train"]["pooler"] = "avg"
+        raw["senteval"]["mode"] = "fast"
+        raw["methods"]["simcse"]["objective"]["tau"] = 0
+
+    with pytest.raises(ParamsError) as err:
+        parse_params(edited(several))
+    assert str(err.value).count("\n  - ") == 3
+
+
+def test_default_params_are_valid() -> None:
+    params = load_params(REPO / "params.yaml")
+    assert params.resolve("simcse", "bert-base").train.learning_rate == pytest.approx(3e-5)
+
+
+def test_overrides_apply_per_method_then_per_backbone() -> None:
+    def overrides(raw: dict[str, Any]) -> None:
+        raw["methods"]["simcse"]["train"] = {"learning_rate": 1e-5, "batch_size": 128}
+        raw["methods"]["simcse"]["per_backbone"] = {
+            "bert-base": {"train": {"batch_size": 256}, "objective": {"tau": 0.07}}
+        }
+
+    params = parse_params(edited(overrides))
+    resolved = params.resolve("simcse", "bert-base")
+    assert resolved.train.learning_rate == pytest.approx(1e-5)
+    assert resolved.train.batch_size == 256
+    assert resolved.objective.tau == pytest.approx(0.07)
+    assert params.resolve("simcse", None).train.batch_size == 128
+
+
+def test_unreadable_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ParamsError, match="no such params file"):
+        load_params(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train: [unclosed\n")
+    with pytest.raises(ParamsError, match=r"broken.yaml: not valid YAML"):
+        load_params(broken)
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n- b\n")
+    with pytest.raises(ParamsError, match="expected a mapping of sections"):
+        load_params(listing)
+
+
+def test_entry_points_stop_before_any_work(tmp_path: Path) -> None:
+    """A stage CLI with bad params prints one clean message, exits 2 and writes nothing."""
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(edited(set_key("methods.simcse.objective.tau", -1))))
+    result = subprocess.run(
+        [sys.executable, "-m", "stages.pipeline", "dvc", "--params", str(bad)],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "methods.simcse.objective.tau: Input should be greater than 0" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]

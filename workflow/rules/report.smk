@@ -1,0 +1,9 @@
+rule report:
+    input:
+        job_inputs("report"),
+    output:
+        directory("reports/results"),
+    params:
+        **job_rule_params("report"),
+    shell:
+        "{params.cmd}"
