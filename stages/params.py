@@ -25,9 +25,11 @@ from pydantic import (
     PositiveInt,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
+from stages.mteb_protocol.task_sets import TASK_SETS, unknown_task_names
 from stages.objectives.registry import OBJECTIVES_BY_NAME, ObjectiveConfig
 from stages.objectives.temperature import TemperatureSchedule
 
@@ -38,6 +40,8 @@ Fraction = Annotated[float, Field(gt=0, lt=1)]
 
 POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_mean")
 Pooler = Literal["cls", "cls_before_pooler", "mean", "first_last_mean"]
+
+MtebLocalSource = Literal["senteval", "sts_raw"]
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
@@ -161,12 +165,49 @@ class SentEvalParams(Section):
 class MtebParams(Section):
     enabled: bool = True
     tasks: str | tuple[str, ...] = Field(
-        "sts", description="a named set (sts, simace56) or a list of MTEB task names"
+        "sts",
+        description="a named set (sts: STS12-16, STSBenchmark, SICK-R; simace56: the SimACE "
+        "paper's 56 English datasets, = MTEB(eng, v1)) or a list of mteb task names",
     )
     local_data: bool = Field(
-        True, description="feed STS12-16 and STS-B from data/sts_raw instead of the hub"
+        True,
+        description="feed the tasks that have a local copy (STS12-16, STSBenchmark, SICK-R) "
+        "from local files instead of the Hugging Face hub",
+    )
+    local_source: MtebLocalSource = Field(
+        "senteval",
+        description="senteval: STS12-16 and SICK-R from senteval_dir (STS12-16 = MTEB's text), "
+        "STSBenchmark from sts_raw_dir; sts_raw: STS12-16 and STSBenchmark from the original "
+        "SemEval files in sts_raw_dir (untokenised text; no SICK-R)",
+    )
+    sts_raw_dir: str = Field("data/sts_raw", description="raw SemEval STS12-16 + stsbenchmark/")
+    senteval_dir: str = Field("data/senteval", description="SentEval layout root (downstream/)")
+    cache_dir: str = Field(
+        "cache/mteb", description="mteb's result cache (results/<model>/<revision>/<task>.json)"
+    )
+    normalize: bool = Field(
+        False,
+        description="L2-normalise embeddings; cosine scores are unchanged, classification and "
+        "clustering are not",
     )
     batch_size: PositiveInt = 128
+
+    @field_validator("tasks")
+    @classmethod
+    def _known_tasks(cls, tasks: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        if isinstance(tasks, str):
+            if tasks not in TASK_SETS:
+                raise ValueError(
+                    f"unknown task set '{tasks}'; named sets: {', '.join(TASK_SETS)} "
+                    f"(a single task is a list: [{tasks}])"
+                )
+            return tasks
+        if not tasks:
+            raise ValueError("empty task list")
+        unknown = unknown_task_names(tasks)
+        if unknown:
+            raise ValueError(f"not in mteb's task registry: {', '.join(unknown)}")
+        return tasks
 
 
 class ReportParams(Section):

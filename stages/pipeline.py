@@ -66,6 +66,8 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
     sts_raw = str(layout.sts_raw_dir())
     source = ("data.source", "data.local_dir")
     mteb_local = params.mteb.enabled and params.mteb.local_data
+    # local copies: STS-B (and STS12-16 with sts_raw) from sts_raw; STS12-16, SICK-R from senteval
+    mteb_data = (sts_raw, senteval) if params.mteb.local_source == "senteval" else (sts_raw,)
 
     jobs = [
         Job("download", "corpus", f"python -m stages.download corpus{p}",
@@ -119,7 +121,7 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
             out = str(layout.experiment_dir(name) / "mteb.json")
             jobs.append(
                 Job("mteb", name, f"python -m stages.evaluate_mteb --experiment {name}{p}",
-                    deps=(*deps, *((sts_raw,) if mteb_local else ())),
+                    deps=(*deps, *(mteb_data if mteb_local else ())),
                     params=("mteb", *keys), outs=(out,), gpu=True)
             )  # fmt: skip
             results.append(out)

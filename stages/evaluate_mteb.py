@@ -1,0 +1,186 @@
+"""Stage: evaluate a sentence encoder on MTEB with the official mteb package.
+
+    python -m stages.evaluate_mteb --experiment NAME [--params FILE]
+    python -m stages.evaluate_mteb --model NAME_OR_DIR [--pooler P] [--tasks SET | TASK ...]
+        [--name LABEL] --output results.json
+
+``--experiment`` evaluates a run of the matrix (or a ``baseline.<key>``) and writes
+``experiments/<NAME>/mteb.json``. ``--model`` is a Hugging Face id, a local model directory,
+``package:<module>`` or a trained checkpoint directory (its ``encoder.json`` gives the pooler).
+Settings come from params.yaml's ``mteb`` section (when there is one); flags override them.
+mteb's own result files stay under the cache folder, keyed by model name and revision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from stages import layout
+from stages.atomic import write_json
+from stages.cli import StageError, parser, run
+from stages.modeling.encoder import EncoderError, SentenceEncoder
+from stages.mteb_protocol.task_sets import TASK_SETS
+from stages.params import DEFAULT_PARAMS, POOLERS, MtebParams, Params, load_params
+
+DEFAULT_MAX_LENGTH = 512
+EVALUATION_TARGET = "stages.evaluation_target"  # encoder_for(name, params, *, batch_size)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__.splitlines()[0])
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--experiment", help="a run of the matrix or baseline.<key>")
+    target.add_argument("--model", help="HF id, model dir, checkpoint dir, package:<module>")
+    p.add_argument("--pooler", choices=POOLERS, help="required unless the dir has encoder.json")
+    p.add_argument("--revision", default="main", help="hub revision of --model")
+    p.add_argument("--name", help="label in mteb's cache (default: from --model)")
+    p.add_argument(
+        "--tasks", nargs="+", metavar="TASK", help=f"{' | '.join(TASK_SETS)} or mteb task names"
+    )
+    p.add_argument("--output", help="results JSON (default with --experiment: experiments/...)")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        help="truncation in tokens (default: the model's sentence-transformers max_seq_length "
+        f"if it declares one, else {DEFAULT_MAX_LENGTH})",
+    )
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, help="default: params")
+    p.add_argument("--local-source", choices=("senteval", "sts_raw"), help="default: params")
+    p.add_argument("--sts-raw-dir", help="raw SemEval STS + stsbenchmark/ (default: params)")
+    p.add_argument("--senteval-dir", help="SentEval data root (default: params)")
+    p.add_argument("--no-local-data", action="store_true", help="take every task from the hub")
+    p.add_argument("--cache-dir", help="mteb's result cache (default: params)")
+    p.add_argument("--batch-size", type=int, help="default: params")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+    explicit = args.params != str(DEFAULT_PARAMS)
+    params = load_params(args.params) if Path(args.params).is_file() or explicit else None
+    settings = _settings(params.mteb if params else MtebParams(), args)
+    if args.experiment:
+        if params is None:
+            raise StageError(f"--experiment needs a params file; {args.params} not found")
+        encoder = _experiment_encoder(args.experiment, params, settings)
+        label = args.experiment
+        output = args.output or str(layout.experiment_dir(args.experiment) / "mteb.json")
+    else:
+        if not args.output:
+            raise StageError("--output is required with --model")
+        max_length = args.max_length or _declared_max_length(args.model, args.revision)
+        encoder = _encoder(
+            args.model,
+            args.pooler,
+            revision=args.revision,
+            max_length=max_length,
+            batch_size=settings.batch_size,
+            device=args.device,
+            precision=args.precision,
+        )
+        label, output = args.name or args.model, args.output
+    results = evaluate_encoder(encoder, label, settings)
+    write_json(output, results)
+    _print_summary(results, output)
+
+
+def evaluate_encoder(encoder: SentenceEncoder, label: str, settings: MtebParams) -> dict[str, Any]:
+    """The MTEB results of ``encoder`` under ``settings`` (expected failures: StageError)."""
+    from stages.mteb_protocol.evaluate import LocalData, NoTaskEvaluated, evaluate_mteb
+    from stages.mteb_protocol.local_data import LocalDataError
+    from stages.mteb_protocol.model import MtebEncoder
+
+    local = (
+        LocalData(settings.local_source, Path(settings.sts_raw_dir), Path(settings.senteval_dir))
+        if settings.local_data
+        else None
+    )
+    model = MtebEncoder(encoder, label, normalize=settings.normalize)
+    try:
+        return evaluate_mteb(
+            model,
+            settings.tasks,
+            cache_dir=settings.cache_dir,
+            local=local,
+            batch_size=settings.batch_size,
+        )
+    except (NoTaskEvaluated, LocalDataError, EncoderError) as err:
+        raise StageError(str(err)) from None
+
+
+def _settings(base: MtebParams, args: argparse.Namespace) -> MtebParams:
+    overrides: dict[str, Any] = {
+        "normalize": args.normalize,
+        "local_source": args.local_source,
+        "sts_raw_dir": args.sts_raw_dir,
+        "senteval_dir": args.senteval_dir,
+        "cache_dir": args.cache_dir,
+        "batch_size": args.batch_size,
+    }
+    if args.tasks:
+        named = len(args.tasks) == 1 and args.tasks[0] in TASK_SETS
+        overrides["tasks"] = args.tasks[0] if named else args.tasks
+    if args.no_local_data:
+        overrides["local_data"] = False
+    merged = base.model_dump() | {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return MtebParams.model_validate(merged)
+    except ValidationError as err:
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+        raise StageError(f"invalid MTEB settings: {problems}") from None
+
+
+def _experiment_encoder(name: str, params: Params, settings: MtebParams) -> SentenceEncoder:
+    """The encoder of a matrix run or baseline, resolved as every evaluation stage resolves it."""
+    try:
+        from stages.evaluation_target import encoder_for
+    except ModuleNotFoundError as err:
+        if err.name != EVALUATION_TARGET:
+            raise
+        raise StageError(
+            f"--experiment needs {EVALUATION_TARGET}.encoder_for, which this checkout lacks; "
+            "evaluate a model or checkpoint directory with --model"
+        ) from None
+    try:
+        return encoder_for(name, params, batch_size=settings.batch_size)
+    except (EncoderError, ValueError, OSError) as err:
+        raise StageError(str(err)) from None
+
+
+def _declared_max_length(model: str, revision: str) -> int:
+    from stages.mteb_protocol.model import declared_max_length
+
+    try:
+        declared = declared_max_length(model, revision)
+    except ValueError as err:
+        raise StageError(str(err)) from None
+    return declared or DEFAULT_MAX_LENGTH
+
+
+def _encoder(model: str, pooler: str | None, **options: Any) -> SentenceEncoder:
+    try:
+        return SentenceEncoder(model, pooler, **options)
+    except (EncoderError, ValueError, OSError) as err:
+        raise StageError(str(err)) from None
+
+
+def _print_summary(results: dict[str, Any], output: str) -> None:
+    for name in results["evaluated"]:
+        row = results["tasks"][name]
+        print(f"{name:40s} {row['main_score']:6.2f}  {row['metric']}  ({row['data']})")
+    for name, reason in results["skipped"].items():
+        print(f"{name:40s} skipped: {reason}")
+    for category, row in results["categories"].items():
+        print(f"{category} mean over {row['tasks']}/{row['requested']}: {row['mean']:.2f}")
+    print(f"average over {len(results['evaluated'])} tasks: {results['average']:.2f}")
+    print(f"wrote {output}; mteb's result files: {results['mteb_results_dir']}")
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,141 @@
+"""Named MTEB task sets and the resolution of a params.yaml ``mteb.tasks`` entry to task objects.
+
+``simace56`` is the 56-dataset English MTEB set of the SimACE paper (§4.5, App. G; transcribed in
+shared/papers/spec-simace-cooldown.md). The paper lists only 10 clustering datasets although its
+Table 12 counts 11; the eleventh, ArxivClusteringP2P, is the one missing from the list, and with it
+the set is exactly mteb's ``MTEB(eng, v1)`` benchmark (checked by the tests). Its tasks are taken
+from that benchmark, so they carry its English-only filters (AmazonCounterfactual ``en``, STS17
+``en-en``, STS22 ``en``, the English subsets of MassiveIntent/Scenario, MTOP and AmazonReviews;
+the test split everywhere except MSMARCO's dev), as on the MTEB leaderboard. No name changed
+between MTEB 1.x (the paper's) and mteb 2.x: every name below is in mteb's registry.
+
+``sts`` is the STS column of the papers' STS tables in MTEB form: STS12-16, STSBenchmark, SICK-R.
+
+Importing this module does not import mteb (params.yaml validation stays fast); the functions
+that build task objects do.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mteb.abstasks.abstask import AbsTask
+
+# category (mteb's task type) -> datasets, in the paper's order
+SIMACE56: dict[str, tuple[str, ...]] = {
+    "Classification": (
+        "AmazonCounterfactualClassification",
+        "AmazonPolarityClassification",
+        "AmazonReviewsClassification",
+        "Banking77Classification",
+        "EmotionClassification",
+        "ImdbClassification",
+        "MassiveIntentClassification",
+        "MassiveScenarioClassification",
+        "MTOPDomainClassification",
+        "MTOPIntentClassification",
+        "ToxicConversationsClassification",
+        "TweetSentimentExtractionClassification",
+    ),
+    "Clustering": (
+        "ArxivClusteringP2P",  # not in the paper's list; see the module docstring
+        "ArxivClusteringS2S",
+        "BiorxivClusteringP2P",
+        "BiorxivClusteringS2S",
+        "MedrxivClusteringP2P",
+        "MedrxivClusteringS2S",
+        "RedditClustering",
+        "RedditClusteringP2P",
+        "StackExchangeClustering",
+        "StackExchangeClusteringP2P",
+        "TwentyNewsgroupsClustering",
+    ),
+    "PairClassification": ("SprintDuplicateQuestions", "TwitterSemEval2015", "TwitterURLCorpus"),
+    "Reranking": (
+        "AskUbuntuDupQuestions",
+        "MindSmallReranking",
+        "SciDocsRR",
+        "StackOverflowDupQuestions",
+    ),
+    # "15 retrieval datasets from Thakur et al. (2021)" (BEIR), not named by the paper
+    "Retrieval": (
+        "ArguAna",
+        "ClimateFEVER",
+        "CQADupstackRetrieval",
+        "DBPedia",
+        "FEVER",
+        "FiQA2018",
+        "HotpotQA",
+        "MSMARCO",
+        "NFCorpus",
+        "NQ",
+        "QuoraRetrieval",
+        "SCIDOCS",
+        "SciFact",
+        "Touche2020",
+        "TRECCOVID",
+    ),
+    # "8 from STS benchmark, STS22 and BIOSSES"
+    "STS": (
+        "BIOSSES",
+        "SICK-R",
+        "STS12",
+        "STS13",
+        "STS14",
+        "STS15",
+        "STS16",
+        "STS17",
+        "STS22",
+        "STSBenchmark",
+    ),
+    "Summarization": ("SummEval",),
+}
+SIMACE56_BENCHMARK = "MTEB(eng, v1)"
+STS7 = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICK-R")
+
+TASK_SETS: dict[str, tuple[str, ...]] = {
+    "sts": STS7,
+    "simace56": tuple(name for names in SIMACE56.values() for name in names),
+}
+
+
+def task_names(spec: str | Sequence[str]) -> tuple[str, ...]:
+    """The task names of a named set, or the given list itself (duplicates dropped)."""
+    if isinstance(spec, str):
+        if spec not in TASK_SETS:
+            raise ValueError(f"unknown MTEB task set '{spec}'; named sets: {', '.join(TASK_SETS)}")
+        return TASK_SETS[spec]
+    return tuple(dict.fromkeys(spec))
+
+
+def unknown_task_names(names: Sequence[str]) -> list[str]:
+    """Names that are not in mteb's task registry (an offline lookup)."""
+    import mteb
+
+    unknown = []
+    for name in names:
+        try:
+            mteb.get_task(name)
+        except KeyError:
+            unknown.append(name)
+    return unknown
+
+
+def build_tasks(names: Sequence[str]) -> list[AbsTask]:
+    """Fresh task objects, in order. Tasks of the SimACE/MTEB(eng, v1) set come from that
+    benchmark, with its English-only subsets and splits; any other name is mteb's task as
+    registered."""
+    import mteb
+
+    unknown = unknown_task_names(names)
+    if unknown:
+        raise ValueError(f"unknown MTEB task(s): {', '.join(unknown)}")
+    benchmark = {t.metadata.name: t for t in mteb.get_benchmark(SIMACE56_BENCHMARK).tasks}
+    # the benchmark's task objects are shared module state in mteb: evaluate copies of them
+    return [
+        copy.deepcopy(benchmark[name]) if name in benchmark else mteb.get_task(name)
+        for name in names
+    ]
