@@ -24,12 +24,12 @@ from pydantic import ValidationError
 from stages import layout
 from stages.atomic import write_json
 from stages.cli import StageError, parser, run
+from stages.evaluation_target import encoder_for
 from stages.modeling.encoder import EncoderError, SentenceEncoder
 from stages.mteb_protocol.task_sets import TASK_SETS
-from stages.params import DEFAULT_PARAMS, POOLERS, MtebParams, Params, load_params
+from stages.params import DEFAULT_PARAMS, POOLERS, MtebParams, load_params
 
 DEFAULT_MAX_LENGTH = 512
-EVALUATION_TARGET = "stages.evaluation_target"  # encoder_for(name, params, *, batch_size)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.experiment:
         if params is None:
             raise StageError(f"--experiment needs a params file; {args.params} not found")
-        encoder = _experiment_encoder(args.experiment, params, settings)
+        encoder = encoder_for(args.experiment, params, batch_size=settings.batch_size)
         label = args.experiment
         output = args.output or str(layout.experiment_dir(args.experiment) / "mteb.json")
     else:
@@ -134,23 +134,6 @@ def _settings(base: MtebParams, args: argparse.Namespace) -> MtebParams:
     except ValidationError as err:
         problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
         raise StageError(f"invalid MTEB settings: {problems}") from None
-
-
-def _experiment_encoder(name: str, params: Params, settings: MtebParams) -> SentenceEncoder:
-    """The encoder of a matrix run or baseline, resolved as every evaluation stage resolves it."""
-    try:
-        from stages.evaluation_target import encoder_for
-    except ModuleNotFoundError as err:
-        if err.name != EVALUATION_TARGET:
-            raise
-        raise StageError(
-            f"--experiment needs {EVALUATION_TARGET}.encoder_for, which this checkout lacks; "
-            "evaluate a model or checkpoint directory with --model"
-        ) from None
-    try:
-        return encoder_for(name, params, batch_size=settings.batch_size)
-    except (EncoderError, ValueError, OSError) as err:
-        raise StageError(str(err)) from None
 
 
 def _declared_max_length(model: str, revision: str) -> int:

@@ -3,8 +3,12 @@
 Scores STS12-16, STS-B, SICK-R and the seven transfer tasks, and writes a results JSON that
 records the protocol next to the numbers.
 
+    python -m stages.evaluate_senteval --experiment NAME [--params FILE]
     python -m stages.evaluate_senteval --model NAME_OR_DIR [--pooler P] [--tasks ...]
         [--data-dir DIR] [--mode fasttest|test] --output results.json
+
+``--experiment`` evaluates a run of the matrix (its best checkpoint) or a ``baseline.<key>``
+and writes ``experiments/<NAME>/senteval.json``.
 
 ``--model`` is a Hugging Face id, a local model directory, ``package:<module>``, or a trained
 checkpoint directory (its ``encoder.json`` gives the pooler). Defaults come from params.yaml's
@@ -19,8 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from stages import layout
 from stages.atomic import write_json
 from stages.cli import StageError, parser, run
+from stages.evaluation_target import encoder_for
 from stages.modeling.encoder import EncoderError, SentenceEncoder
 from stages.params import DEFAULT_PARAMS, POOLERS, Params, SentEvalParams, load_params
 from stages.senteval_protocol import (
@@ -70,13 +76,15 @@ def evaluate_checkpoint(
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="HF id, model dir, checkpoint dir, package:<m>")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--experiment", help="a run of the matrix or baseline.<key>")
+    target.add_argument("--model", help="HF id, model dir, checkpoint dir, package:<m>")
     p.add_argument("--pooler", choices=POOLERS, help="required unless the dir has encoder.json")
     p.add_argument("--revision", default="main", help="hub revision of --model")
     p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK", help="default: params")
     p.add_argument("--data-dir", help="SentEval data root (holds downstream/); default: params")
     p.add_argument("--mode", choices=("fasttest", "test"), help="default: params")
-    p.add_argument("--output", required=True, help="results JSON (written when all is done)")
+    p.add_argument("--output", help="results JSON (default with --experiment: experiments/...)")
     p.add_argument("--batch-size", type=int, help="sentences per encoder call; default: params")
     p.add_argument("--max-length", type=int, default=512, help="tokenizer truncation length")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -94,27 +102,36 @@ def main(argv: Sequence[str] | None = None) -> None:
         downstream_dir(data_dir)
     except DataFormatError as err:
         raise StageError(str(err)) from None
-    encoder = _encoder(
-        args.model,
-        args.pooler,
-        revision=args.revision,
-        max_length=args.max_length,
-        batch_size=settings.batch_size,
-        device=args.device,
-        precision=args.precision,
-    )
+    if args.experiment:
+        encoder = encoder_for(
+            args.experiment, load_params(args.params), batch_size=settings.batch_size
+        )
+        output = args.output or str(layout.experiment_dir(args.experiment) / "senteval.json")
+    elif args.output is None:
+        raise StageError("--model needs --output (where to write the results JSON)")
+    else:
+        encoder = _encoder(
+            args.model,
+            args.pooler,
+            revision=args.revision,
+            max_length=args.max_length,
+            batch_size=settings.batch_size,
+            device=args.device,
+            precision=args.precision,
+        )
+        output = args.output
     results = evaluate_encoder(
         encoder,
         settings,
         data_dir=data_dir,
         cache_dir=None if args.no_cache else args.cache_dir,
     )
-    write_json(args.output, results)
+    write_json(output, results)
     summary = results["summary"]
     for key in ("sts_avg", "transfer_avg"):
         if key in summary:
             print(f"{key}: {summary[key]:.2f}")
-    print(f"wrote {args.output}")
+    print(f"wrote {output}")
 
 
 def _settings(params_path: str, explicit: bool) -> SentEvalParams:

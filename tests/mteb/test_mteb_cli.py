@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -87,9 +85,7 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
         calls.append((name, params.mteb.tasks, batch_size))
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
-    target = types.ModuleType("stages.evaluation_target")
-    target.encoder_for = encoder_for
-    monkeypatch.setitem(sys.modules, "stages.evaluation_target", target)
+    monkeypatch.setattr("stages.evaluate_mteb.encoder_for", encoder_for)
     main(["--experiment", "simcse-bert-base-42", "--tasks", "STSBenchmark"])
     assert calls == [("simcse-bert-base-42", "sts", 128)]
     results = json.loads((project / "experiments/simcse-bert-base-42/mteb.json").read_text())

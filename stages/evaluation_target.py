@@ -1,0 +1,55 @@
+"""What an evaluation stage scores for an experiment name: a trained run's best checkpoint
+(found through experiments/<name>/train.json, pooler from its encoder.json) or a baseline
+(``baseline.<key>``: an untrained backbone with the pooler params.yaml gives it)."""
+
+from __future__ import annotations
+
+import json
+
+from stages import layout
+from stages.cli import StageError
+from stages.experiments import plan_baselines, plan_runs
+from stages.modeling.encoder import EncoderError, SentenceEncoder
+from stages.params import Params
+
+TRAIN_POINTER = "train.json"
+
+
+def encoder_for(name: str, params: Params, *, batch_size: int) -> SentenceEncoder:
+    """The encoder of experiment ``name``; a clear StageError if it cannot be evaluated yet."""
+    baselines = plan_baselines(params)
+    runs = plan_runs(params)
+    if name in baselines:
+        baseline = baselines[name]
+        backbone = params.backbones[baseline.backbone]
+        if backbone.random_init is not None:
+            raise StageError(
+                f"{name}: backbone '{baseline.backbone}' is randomly initialised "
+                "(random_init); a baseline evaluates pretrained weights"
+            )
+        return _load(name, backbone.model, baseline.pooler, backbone.revision, batch_size)
+    if name not in runs:
+        known = ", ".join([*runs, *baselines]) or "(none)"
+        raise StageError(f"unknown experiment '{name}'; planned: {known}")
+    pointer = layout.experiment_dir(name) / TRAIN_POINTER
+    if not pointer.is_file():
+        raise StageError(f"{name} is not trained yet: {pointer} is missing (run its train stage)")
+    run_id = json.loads(pointer.read_text(encoding="utf-8"))["run_id"]
+    if run_id != runs[name].run_id:
+        raise StageError(
+            f"{pointer} points to run {run_id}, but params now give run {runs[name].run_id}: "
+            "train it first (the orchestrators do this in order)"
+        )
+    model_dir = layout.run_dir(run_id) / "best"
+    if not model_dir.is_dir():
+        raise StageError(f"{name}: the best checkpoint {model_dir} is missing from the run store")
+    return _load(name, str(model_dir), None, "main", batch_size)
+
+
+def _load(
+    name: str, model: str, pooler: str | None, revision: str, batch_size: int
+) -> SentenceEncoder:
+    try:
+        return SentenceEncoder(model, pooler, revision=revision, batch_size=batch_size)
+    except (EncoderError, OSError) as err:
+        raise StageError(f"{name}: {err}") from None
