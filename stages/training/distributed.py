@@ -8,8 +8,9 @@ on the whole batch, and shares its run id. Without it each anchor only sees its 
 batch_size / W - 1 negatives.
 
 Why the gradients come out exact: every rank computes the same global loss L, so the
-all-gather's backward (a reduce-scatter sum) hands each rank W * dL/dz_local; DDP then averages
-parameter gradients over the W ranks, which cancels the factor W.
+all-gather's backward (the sum over ranks of each rank's gradient for the rows it owns) hands
+each rank W * dL/dz_local; DDP then averages parameter gradients over the W ranks, which
+cancels the factor W.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_fn
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,30 @@ def process_group(ctx: Distributed, device: torch.device) -> Iterator[None]:
         dist.destroy_process_group()
 
 
+class _AllGather(torch.autograd.Function):
+    """Concatenate every rank's rows; backward sums the gradients of this rank's rows."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.contiguous()
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, tensor)
+        rows = tensor.shape[0]
+        ctx.own = slice(dist.get_rank() * rows, (dist.get_rank() + 1) * rows)
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)  # small (batch x dim): a full all-reduce works on every backend
+        return grad[ctx.own]
+
+
 def gather_with_grad(tensor: torch.Tensor, ctx: Distributed) -> torch.Tensor:
     """All ranks' rows in rank order, differentiable (gradients flow back to their owners)."""
     if not ctx.active:
         return tensor
-    return torch.cat(dist_fn.all_gather(tensor), dim=0)
+    return _AllGather.apply(tensor)
 
 
 def gather_objects(obj: Any, ctx: Distributed) -> list[Any]:

@@ -184,9 +184,7 @@ class _Training:
         self.forward: nn.Module = self.model
         if ctx.active:
             device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
-            self.forward = DistributedDataParallel(
-                self.model, device_ids=device_ids, broadcast_buffers=False
-            )
+            self.forward = DistributedDataParallel(self.model, device_ids=device_ids)
         if train.compile:
             self.forward = torch.compile(self.forward, dynamic=True)  # type: ignore[assignment]
 
@@ -427,7 +425,10 @@ class _Training:
             )
             if self.best is not None:
                 bar.set_postfix(dev=f"{scores[key]:.2f}", best=f"{self.best[key]:.2f}")
-        dist_util.barrier(self.ctx)
+        # Every rank keeps the evaluation history, so any rank's view of the run agrees.
+        self.best, self.evaluations = dist_util.broadcast_object(
+            (self.best, self.evaluations), self.ctx
+        )
 
     def _checkpoint(self, elapsed: float) -> None:
         rngs = dist_util.gather_objects(rng_state(self.runtime.device), self.ctx)
@@ -456,7 +457,7 @@ class _Training:
 
     def _finish(self, elapsed: float, wall: float, steps_now: int) -> dict[str, Any]:
         job = self.job
-        if self.best is None or self.best_weights is None:
+        if self.best is None:
             raise StageError(
                 f"run {job.run_id}: no evaluation gave a finite dev '{job.selection_metric}'"
             )
@@ -489,6 +490,7 @@ class _Training:
             )
             config = {**job.config, "execution": self._execution()}
             save_encoder(job.out_dir / "final", self.encoder, self.tokenizer, info, config)
+            assert self.best_weights is not None
             self.encoder.load_state_dict(self.best_weights)
             save_encoder(job.out_dir / "best", self.encoder, self.tokenizer, info, config)
             write_json(job.out_dir / METRICS_FILE, metrics)

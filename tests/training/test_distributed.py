@@ -80,7 +80,7 @@ def worker(rank: int, store: str, results: str) -> None:
         half = len(SENTENCES) // 2
         out = {}
         for name, (with_triplets, gather) in SCENARIOS.items():
-            model = DistributedDataParallel(tiny_model(), broadcast_buffers=False)
+            model = DistributedDataParallel(tiny_model())
             batch = make_batch(rank * half, (rank + 1) * half, with_triplets)
             loss, grads = loss_and_gradients(
                 model, batch, objective_for(with_triplets), ctx, gather

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -179,3 +180,61 @@ def test_malformed_dev_file_names_the_line(tmp_path: Path) -> None:
     dev.write_text("g\tf\ty\t0\t4.5\ta\tb\nbroken line\n")
     with pytest.raises(StageError, match=r"sts-dev.csv:2: expected 7 tab-separated fields"):
         stage.stsb_dev_evaluator(tmp_path)
+
+
+def child_pids(parent: int) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                found.append(int(proc.name))
+    return found
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_cpu_processes_trains_and_resumes(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """The loop's multi-process wiring (barriers, per-rank RNG in checkpoints, rank-0 outputs)."""
+    root = make_workspace(tmp_path, shared_data)
+    params = {**PARAMS, "train": {**PARAMS["train"], "max_steps": 12, "checkpoint_steps": 4}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    rid = run_id(root)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        f"--master_port={port}", "-m", "stages.train", EXPERIMENT,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    partial = root / "runs" / f"{rid}.partial"
+    child = subprocess.Popen(command, cwd=root, env=env, stderr=subprocess.PIPE, text=True)
+    while not list(partial.glob("checkpoint-*")) and child.poll() is None:
+        time.sleep(0.01)
+    workers = child_pids(child.pid)  # torchrun starts each worker in a session of its own
+    for pid in [child.pid, *workers]:
+        os.kill(pid, signal.SIGKILL)
+    assert child.wait() == -signal.SIGKILL, child.stderr.read()
+    assert len(workers) == 2
+    while any(Path(f"/proc/{pid}").exists() and not zombie(pid) for pid in workers):
+        time.sleep(0.01)
+    assert not (root / "runs" / rid).exists()
+    subprocess.run(command, cwd=root, env=env, check=True)
+    metrics = json.loads((root / "runs" / rid / "metrics.json").read_text())
+    assert metrics["steps"] == 12 and metrics["timing"]["world_size"] == 2
+    log = read_log(root / "runs" / rid / "log.jsonl")
+    assert [r["step"] for r in log if r["event"] == "train"] == list(range(1, 13))
+    assert [r["event"] for r in log].count("resume") == 1
+    assert (root / "experiments" / EXPERIMENT / "train.json").is_file()
