@@ -25,12 +25,14 @@ from tqdm.auto import tqdm
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.atomic import atomic_path
+from stages.triplet_masking import split_lines
+from stages.triplets import read_triplets
 
 # Bump when the cached tokenisation format or procedure changes.
 CACHE_FORMAT = 1
 TOKENIZE_CHUNK = 20_000
-# Placeholder column names of the triplets stage's Parquet file (see read_triplet_token_ids).
-TRIPLET_COLUMNS = ("anchor_ids", "short_ids", "long_ids")
+# The triplets stage's columns holding s, s' and s'' as token ids without special tokens.
+TRIPLET_ID_COLUMNS = ("sentence_ids", "short_masked_ids", "long_masked_ids")
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,9 @@ class TokenRows:
 
 
 def read_corpus(path: Path) -> list[str]:
-    """One sentence per line (LF), as SimCSE reads wiki1m; empty lines are sentences too."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+    """One sentence per line, split as the triplets stage splits it (so line numbers agree);
+    empty lines are sentences too, as in SimCSE's wiki1m reading."""
+    return split_lines(path.read_text(encoding="utf-8"))
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -163,7 +162,9 @@ class BatchPlan:
 
     Global batches hold ``batch_size`` sentences (the papers' batch), the last one of an epoch
     fewer (no drop_last, as in SimCSE's Trainer). With several ranks a batch is cut into equal
-    contiguous shares, so a last batch loses its ``len % world_size`` trailing sentences.
+    contiguous shares, so a last batch loses its ``len % world_size`` trailing sentences, and a
+    last batch too small to give every rank two sentences (an anchor needs a negative) is
+    dropped.
     """
 
     n_rows: int
@@ -172,15 +173,21 @@ class BatchPlan:
     world_size: int = 1
 
     def __post_init__(self) -> None:
-        if self.n_rows < self.world_size:
+        if self.batch_size < 2 * self.world_size:
             raise ValueError(
-                f"{self.n_rows} sentences cannot fill a batch on {self.world_size} ranks"
+                f"a batch of {self.batch_size} gives some of the {self.world_size} rank(s) "
+                "fewer than 2 sentences (an anchor needs an in-batch negative)"
+            )
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"{self.n_rows} sentences cannot make a batch of at least 2 per rank "
+                f"on {self.world_size} rank(s)"
             )
 
     @cached_property
     def steps_per_epoch(self) -> int:
         full, rest = divmod(self.n_rows, self.batch_size)
-        return full + (1 if rest >= self.world_size else 0)
+        return full + (1 if rest >= 2 * self.world_size else 0)
 
     def global_batch(self, step: int) -> np.ndarray:
         """Corpus rows of 0-based global ``step`` (steps continue across epochs)."""
@@ -202,17 +209,19 @@ def _permutation(n: int, seed: int, epoch: int) -> np.ndarray:
 # --- masked triplets (ArcCSE) -----------------------------------------------------------------
 
 
-def read_triplet_token_ids(path: Path) -> tuple[TokenRows, TokenRows, TokenRows]:
-    """Token ids (no special tokens) of s, s' (short mask) and s'' (long mask) per sentence.
-
-    The one place that knows the triplets stage's file format.
-    """
-    columns = pl.read_parquet(path, columns=list(TRIPLET_COLUMNS))
-    return tuple(_token_rows(columns[name]) for name in TRIPLET_COLUMNS)  # type: ignore[return-value]
+def read_triplet_token_ids(
+    path: Path, max_sentences: int | None = None
+) -> tuple[TokenRows, TokenRows, TokenRows]:
+    """Token ids (no special tokens) of s, s' and s'' from the triplets stage's file, for the
+    corpus lines the run trains on (the first ``max_sentences``, or all)."""
+    frame = read_triplets(path)
+    if max_sentences is not None:
+        frame = frame.filter(pl.col("line") < max_sentences)
+    return tuple(_token_rows(frame[name]) for name in TRIPLET_ID_COLUMNS)  # type: ignore[return-value]
 
 
 def _token_rows(column: pl.Series) -> TokenRows:
-    array = column.cast(pl.List(pl.Int32)).rechunk().to_arrow()
+    array = column.rechunk().to_arrow()
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     offsets = array.offsets.to_numpy().astype(np.int64)

@@ -110,17 +110,17 @@ def contrastive_loss(
     ctx: Distributed,
     gather_negatives: bool,
 ) -> LossOutput:
-    """Forward under the run's precision, then the objective in fp32 over the (gathered) batch."""
+    """Forward under the run's precision, then the objective over the (gathered) batch.
+
+    Objectives turn autocast off and upcast their inputs themselves, so the loss is fp32.
+    """
     with runtime.autocast():
         z, z_pos, triplets = model(batch.ids, batch.mask, batch.triplet_ids, batch.triplet_mask)
-    with runtime.full_precision():
-        if gather_negatives and ctx.active:
-            z, z_pos = dist_util.gather_with_grad(z, ctx), dist_util.gather_with_grad(z_pos, ctx)
-            if triplets is not None:
-                triplets = tuple(dist_util.gather_with_grad(h, ctx) for h in triplets)
+    if gather_negatives and ctx.active:
+        z, z_pos = dist_util.gather_with_grad(z, ctx), dist_util.gather_with_grad(z_pos, ctx)
         if triplets is not None:
-            triplets = tuple(h.float() for h in triplets)
-        return objective(z.float(), z_pos.float(), tau=tau, triplets=triplets)  # type: ignore[arg-type]
+            triplets = tuple(dist_util.gather_with_grad(h, ctx) for h in triplets)
+    return objective(z, z_pos, tau=tau, triplets=triplets)  # type: ignore[arg-type]
 
 
 def make_batch(
@@ -171,14 +171,17 @@ class _Training:
         self.tokenizer = load_tokenizer(job.backbone)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.corpus = self._load_corpus()
-        self.plan = BatchPlan(len(self.corpus), train.batch_size, job.seed, ctx.world_size)
+        try:
+            self.plan = BatchPlan(len(self.corpus), train.batch_size, job.seed, ctx.world_size)
+        except ValueError as err:
+            raise StageError(f"{job.corpus}: {err}") from None
         self.total_steps = train.max_steps or train.epochs * self.plan.steps_per_epoch
         self.encoder = self._load_encoder()
         self.pool = self._load_triplets() if job.objective.needs_triplets else None
 
         self.model = ContrastiveModel(self.encoder, train.pooler)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(self.model, train, runtime)
+        self.optimizer = build_optimizer(self.model, train)
         self.scheduler = build_scheduler(self.optimizer, train, self.total_steps)
         self.sam = SharpnessAware(self.params, train.sam) if train.sam.enabled else None
         self.forward: nn.Module = self.model
@@ -243,7 +246,12 @@ class _Training:
                 f"objective '{self.job.objective.name}' needs masked triplets, but the triplet "
                 f"file {path} is missing (run the triplets stage)"
             )
-        anchor, short, long = read_triplet_token_ids(path)
+        anchor, short, long = read_triplet_token_ids(path, self.job.max_sentences)
+        if len(anchor) == 0:
+            raise StageError(
+                f"{path} holds no triplet for the corpus lines this run trains on "
+                "(no line has triplets.min_words words?)"
+            )
         prefix, suffix = special_token_frame(self.tokenizer)
         return TripletPool(
             anchor,

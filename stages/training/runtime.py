@@ -3,8 +3,8 @@ so the training code itself has no device branches and runs unchanged on CPU and
 
 - precision ``auto``: bf16 autocast on a GPU that supports it, fp32 elsewhere; ``bf16`` forces
   autocast (fast on CPUs with AVX512-BF16/AMX). Weights, optimizer state and the objectives stay
-  fp32 in every mode;
-- fused AdamW on CUDA only; pinned host buffers and non-blocking copies on CUDA only.
+  fp32 in every mode (objectives switch autocast off and upcast their inputs themselves);
+- pinned host buffers and non-blocking host-to-device copies on CUDA only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from stages.cli import StageError
 class Runtime:
     device: torch.device
     autocast_dtype: torch.dtype | None  # None: fp32
-    fused_optimizer: bool
     pin_memory: bool
 
     @property
@@ -35,10 +34,6 @@ class Runtime:
             dtype=self.autocast_dtype or torch.float32,
             enabled=self.autocast_dtype is not None,
         )
-
-    def full_precision(self) -> AbstractContextManager[None]:
-        """Autocast off: objectives compute in fp32 even inside an autocast region."""
-        return torch.autocast(self.device.type, enabled=False)
 
     def to_device(self, array: np.ndarray) -> torch.Tensor:
         """A host array on the device without waiting for the copy (pinned source on CUDA)."""
@@ -60,6 +55,5 @@ def resolve_runtime(device: str, precision: str, local_rank: int = 0) -> Runtime
     return Runtime(
         device=torch.device(device, local_rank) if on_gpu else torch.device("cpu"),
         autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
-        fused_optimizer=on_gpu,
         pin_memory=on_gpu,
     )

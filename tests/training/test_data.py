@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -71,15 +72,16 @@ def test_tokenised_corpus_is_cached_per_file_tokenizer_and_length(
 )
 def test_each_epoch_visits_every_row_once_in_a_seeded_order(n, batch, world, seed) -> None:
     batch = batch * world
-    if n < world:
-        with pytest.raises(ValueError, match="cannot fill a batch"):
+    if batch < 2 * world or n < 2 * world:
+        with pytest.raises(ValueError, match=r"fewer than 2 sentences|at least 2 per rank"):
             BatchPlan(n, batch, seed, world)
         return
     plan = BatchPlan(n, batch, seed, world)
     for epoch in range(2):
         steps = range(epoch * plan.steps_per_epoch, (epoch + 1) * plan.steps_per_epoch)
         seen = np.concatenate([plan.global_batch(s) for s in steps])
-        dropped = n % batch % world if n % batch >= world else n % batch
+        rest = n % batch
+        dropped = rest % world if rest >= 2 * world else rest
         assert len(seen) == n - dropped
         assert len(set(seen.tolist())) == len(seen)
         for s in steps:
@@ -105,25 +107,28 @@ def test_special_token_frame_of_a_bert_tokenizer(tokenizer) -> None:
 
 def test_triplet_file_reading_and_pool_cycling(tmp_path: Path, corpus: Path, tokenizer) -> None:
     sentences = read_corpus(corpus)
-    path = write_triplets(tmp_path / "t.parquet", tokenizer, sentences, n=10)
+    path = write_triplets(tmp_path / "t.parquet", tokenizer, sentences)
+    lines = pl.read_parquet(path, columns=["line"])["line"].to_list()
     anchor, short, long = read_triplet_token_ids(path)
-    assert len(anchor) == len(short) == len(long) == 10
-    assert (
-        anchor.rows([0])[0].tolist()
-        == tokenizer(sentences[0], add_special_tokens=False)["input_ids"][:60]
-    )
-    pool = TripletPool(anchor, short, long, (101,), (102,), batch_size=4, seed=0, max_length=8)
+    assert len(anchor) == len(short) == len(long) == len(lines) > 20
+    expected = tokenizer(sentences[lines[3]], add_special_tokens=False)["input_ids"]
+    assert anchor.rows([3])[0].tolist() == expected
+    mask = tokenizer.mask_token_id
+    assert mask in short.rows([3])[0] and mask in long.rows([3])[0]
+    head = read_triplet_token_ids(path, max_sentences=100)[0]
+    assert len(head) == sum(line < 100 for line in lines)
+
+    n = 10
+    pool = TripletPool(anchor.head(n), short.head(n), long.head(n), (101,), (102,), 4, 0, 8)
     # Over 5 steps (20 draws) every triplet comes up exactly twice: two shuffled passes.
     drawn = np.concatenate([pool.indices(s) for s in range(5)])
-    assert np.bincount(drawn, minlength=10).tolist() == [2] * 10
-    assert not np.array_equal(drawn[:10], drawn[10:])
+    assert np.bincount(drawn, minlength=n).tolist() == [2] * n
+    assert not np.array_equal(drawn[:n], drawn[n:])
     s, s1, s2 = pool.shard(0, 0)
     first = pool.indices(0)[0]
     assert s[0].tolist() == [101, *anchor.rows([first])[0][:6].tolist(), 102]
     assert len(s) == len(s1) == len(s2) == 4
     assert all(len(r) <= 8 for r in s + s1 + s2)
-    halves = [
-        TripletPool(anchor, short, long, (101,), (102,), 4, 0, 8, world_size=2).shard(3, r)[0]
-        for r in (0, 1)
-    ]
+    two = TripletPool(anchor.head(n), short.head(n), long.head(n), (101,), (102,), 4, 0, 8, 2)
+    halves = [two.shard(3, rank)[0] for rank in (0, 1)]
     assert [r.tolist() for r in halves[0] + halves[1]] == [r.tolist() for r in pool.shard(3, 0)[0]]

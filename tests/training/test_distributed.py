@@ -8,9 +8,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
-from train_helpers import TINY, TripletProbe
+from train_helpers import TINY
 
 from stages.modeling.backbone import load_backbone, load_tokenizer
+from stages.objectives.arccse import ArcCSE
 from stages.objectives.infonce import InfoNCE
 from stages.training.data import pad_rows
 from stages.training.distributed import Distributed
@@ -70,7 +71,7 @@ SCENARIOS = {  # name: (with triplets, gather negatives)
 
 
 def objective_for(with_triplets: bool):
-    return TripletProbe() if with_triplets else InfoNCE(name="infonce")
+    return ArcCSE(name="arccse") if with_triplets else InfoNCE(name="infonce")
 
 
 def worker(rank: int, store: str, results: str) -> None:

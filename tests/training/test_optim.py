@@ -8,8 +8,6 @@ from stages.params import SamParams, TrainParams
 from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler
 from stages.training.runtime import resolve_runtime
 
-CPU = resolve_runtime("cpu", "fp32")
-
 
 def quadratic(w: torch.Tensor) -> torch.Tensor:
     """f(w) = sum(a * w^3) + sum(w^2): its gradient 3 a w^2 + 2 w is not linear in w."""
@@ -47,12 +45,12 @@ def test_weight_decay_spares_biases_and_layer_norms() -> None:
     frozen = nn.Linear(2, 2)
     frozen.requires_grad_(False)
     model.append(frozen)
-    optimizer = build_optimizer(model, TrainParams(weight_decay=0.01), CPU)
+    optimizer = build_optimizer(model, TrainParams(weight_decay=0.01))
     decay, no_decay = optimizer.param_groups
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
     assert [p.shape for p in decay["params"]] == [(4, 4)]
     assert [p.shape for p in no_decay["params"]] == [(4,), (4,), (4,)]
-    assert optimizer.defaults["fused"] is None  # fused AdamW is for CUDA only
+    assert optimizer.defaults["fused"] is True
 
 
 @pytest.mark.parametrize(
@@ -65,7 +63,7 @@ def test_weight_decay_spares_biases_and_layer_norms() -> None:
 )
 def test_learning_rate_schedules(schedule: str, warmup: float, expected: list[float]) -> None:
     train = TrainParams(learning_rate=1.0, lr_schedule=schedule, warmup_ratio=warmup)
-    optimizer = build_optimizer(nn.Linear(2, 2), train, CPU)
+    optimizer = build_optimizer(nn.Linear(2, 2), train)
     scheduler = build_scheduler(optimizer, train, total_steps=10)
     seen = []
     for _ in expected:
@@ -75,18 +73,16 @@ def test_learning_rate_schedules(schedule: str, warmup: float, expected: list[fl
     assert seen == pytest.approx(expected)
 
 
-def test_runtime_on_a_gpu_machine_uses_bf16_fused_adam_and_pinned_copies(
+def test_runtime_on_a_gpu_machine_uses_bf16_and_pinned_copies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     gpu = resolve_runtime("auto", "auto", local_rank=1)
     assert gpu.device == torch.device("cuda", 1)
-    assert (gpu.autocast_dtype, gpu.fused_optimizer, gpu.pin_memory) == (torch.bfloat16, True, True)
+    assert (gpu.autocast_dtype, gpu.pin_memory) == (torch.bfloat16, True)
     assert resolve_runtime("cuda", "fp32").autocast_dtype is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cpu = resolve_runtime("auto", "auto")
-    assert (cpu.device.type, cpu.precision, cpu.fused_optimizer, cpu.pin_memory) == (
-        "cpu", "fp32", False, False,
-    )  # fmt: skip
+    assert (cpu.device.type, cpu.precision, cpu.pin_memory) == ("cpu", "fp32", False)
     assert resolve_runtime("cpu", "bf16").autocast_dtype == torch.bfloat16

