@@ -129,7 +129,7 @@ def sentence_transformers_recipe(sentences: list[str], workdir: Path) -> list[fl
         per_device_train_batch_size=BATCH,
         num_train_epochs=1,
         learning_rate=LR,
-        warmup_ratio=0.0,
+        warmup_steps=0,
         save_strategy="no",
         logging_steps=10,
         report_to=[],

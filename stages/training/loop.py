@@ -222,7 +222,8 @@ class _Training:
         # Rank 0 tokenises and fills the cache; the others then read it.
         corpus = load() if self.ctx.is_main else None
         dist_util.barrier(self.ctx)
-        corpus = corpus or load()
+        if corpus is None:
+            corpus = load()
         if len(corpus) == 0:
             raise StageError(f"training corpus {job.corpus} is empty")
         return corpus
@@ -341,10 +342,12 @@ class _Training:
                 if checkpoint:
                     elapsed = self.elapsed_before + time.perf_counter() - started
                     self._checkpoint(elapsed)
+            wall = time.perf_counter() - started
+            return self._finish(self.elapsed_before + wall, wall, self.step - first_step)
         finally:
             bar.close()
-        wall = time.perf_counter() - started
-        return self._finish(self.elapsed_before + wall, wall, self.step - first_step)
+            if self.log is not None:
+                self.log.close()
 
     def _train_step(self) -> None:
         job, train = self.job, self.job.train
@@ -487,8 +490,6 @@ class _Training:
             },
         }
         if self.ctx.is_main:
-            assert self.log is not None
-            self.log.close()
             info = EncoderInfo(
                 eval_pooler=job.train.eval_pooler,
                 train_pooler=job.train.pooler,
