@@ -10,7 +10,7 @@ same sentences (the first 64 x steps lines of the wiki1m head sample), batch 64,
 lr 3e-5, 2 threads. The three are interleaved round by round so that load from other processes
 hits them alike; a step's time is the interval between the ends of consecutive optimizer
 steps (data loading, tokenisation or batching, forward, backward, clipping, AdamW, logging),
-the first ``--warmup`` steps of each run left out.
+the first ``--warmup`` steps of each run left out. Rounds alternate the order of the three.
 
 Then a short quality check: the same number of steps in fp32 and in bf16 with STS-B dev
 evaluated along the way, comparing dev Spearman.
@@ -179,15 +179,17 @@ def main() -> None:
         "load_average_start": load_average(),
         "rounds": [],
     }
+    recipes = ["sentence_transformers", "ours_fp32", "ours_bf16"]
     for r in range(args.rounds):
         row: dict[str, Any] = {"load_average": load_average()}
-        peer = steady_step_seconds(sentence_transformers_recipe(sentences, workdir), args.warmup)
-        row["sentence_transformers_s_per_step"] = statistics.mean(peer)
-        for precision in ("fp32", "bf16"):
-            ends, _ = ours(corpus, args.steps, precision, workdir, no_evaluation, 10**9)
-            row[f"ours_{precision}_s_per_step"] = statistics.mean(
-                steady_step_seconds(ends, args.warmup)
-            )
+        # Alternate the order (A B C, C B A, ...) so that drifting load favours no recipe.
+        for recipe in recipes if r % 2 == 0 else recipes[::-1]:
+            if recipe == "sentence_transformers":
+                ends = sentence_transformers_recipe(sentences, workdir)
+            else:
+                precision = recipe.removeprefix("ours_")
+                ends, _ = ours(corpus, args.steps, precision, workdir, no_evaluation, 10**9)
+            row[f"{recipe}_s_per_step"] = statistics.mean(steady_step_seconds(ends, args.warmup))
         for precision in ("fp32", "bf16"):
             row[f"ratio_{precision}"] = (
                 row["sentence_transformers_s_per_step"] / row[f"ours_{precision}_s_per_step"]

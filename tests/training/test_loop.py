@@ -30,7 +30,7 @@ from stages.training.data import pad_rows, read_corpus
 from stages.training.dev import DevEncoder
 from stages.training.distributed import Distributed
 from stages.training.loop import Batch, _Training, contrastive_loss, train
-from stages.training.model import ContrastiveModel
+from stages.training.model import ContrastiveModel, reset_mlp_head
 from stages.training.records import NonFiniteLossError, read_log
 from stages.training.resume import latest_checkpoint
 from stages.training.runtime import resolve_runtime
@@ -56,6 +56,14 @@ def test_run_folder_holds_config_log_models_and_metrics(reference: Path) -> None
         assert (reference / folder / "tokenizer.json").is_file()
         assert json.loads((reference / folder / "run.json").read_text())["test"] is True
         AutoModel.from_pretrained(reference / folder)  # a plain Hugging Face model folder
+    # The trained MLP head is saved in the pooler slot: it moved away from its fresh init.
+    fresh = load_backbone(TINY, seed=3)
+    reset_mlp_head(fresh, seed=3)
+    trained = AutoModel.from_pretrained(reference / "final")
+    head = trained.pooler.dense.weight
+    assert head.shape == fresh.pooler.dense.weight.shape
+    assert not torch.equal(head, fresh.pooler.dense.weight)
+    assert torch.allclose(head, fresh.pooler.dense.weight, atol=1e-2)  # ... by training steps
 
 
 def test_log_has_every_step_and_every_evaluation(reference: Path) -> None:
