@@ -150,6 +150,9 @@ class TrainParams(Section):
     gather_negatives: bool = Field(
         True, description="with several GPUs, use every rank's batch as negatives"
     )
+    triplet_batch_size: PositiveInt | None = Field(
+        None, description="masked triplets per step (triplet objectives); null: batch_size"
+    )
 
 
 class SentEvalParams(Section):

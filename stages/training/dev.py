@@ -1,0 +1,84 @@
+"""Encoding sentences with the model being trained, for the periodic dev evaluation.
+
+The dev evaluator is injected into the training loop: any callable that takes an
+``encode(sentences) -> (n, d) array`` and returns named scores. Encoding here follows how
+SimCSE's Trainer evaluates: eval mode (no dropout), the evaluation pooler recorded with the
+run, padding to the batch's longest sentence without truncation (up to the model's limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from stages.training.data import TokenRows, pad_rows, tokenize
+from stages.training.model import ContrastiveModel
+from stages.training.runtime import Runtime
+
+Encode = Callable[[Sequence[str]], np.ndarray]
+DevEvaluator = Callable[[Encode], dict[str, float]]
+
+
+def max_model_length(encoder: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
+    """The longest input the model takes (512 for BERT/RoBERTa; RoBERTa's 514 positions
+    include its padding offset, which the tokenizer's limit accounts for)."""
+    positions = getattr(encoder.config, "max_position_embeddings", 512)
+    return min(positions, tokenizer.model_max_length, 512)
+
+
+class DevEncoder:
+    """``encode`` for the dev evaluator; remembers the tokenisation of the last sentence list
+    (the evaluator asks for the same dev sentences at every evaluation)."""
+
+    def __init__(
+        self,
+        encoder: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        pooler: str,
+        runtime: Runtime,
+        batch_size: int,
+    ) -> None:
+        self.model = ContrastiveModel(encoder, pooler)
+        self.tokenizer = tokenizer
+        self.runtime = runtime
+        self.batch_size = batch_size
+        self.max_length = max_model_length(encoder, tokenizer)
+        self._cached: tuple[tuple[str, ...], TokenRows, np.ndarray] | None = None
+
+    def _tokenized(self, sentences: Sequence[str]) -> tuple[TokenRows, np.ndarray]:
+        key = tuple(sentences)
+        if self._cached is None or self._cached[0] != key:
+            rows = tokenize(key, self.tokenizer, self.max_length)
+            order = np.argsort(-np.diff(rows.offsets), kind="stable")  # longest first
+            self._cached = (key, rows, order)
+        return self._cached[1], self._cached[2]
+
+    @torch.no_grad()
+    def __call__(self, sentences: Sequence[str]) -> np.ndarray:
+        rows, order = self._tokenized(sentences)
+        encoder = self.model.encoder
+        was_training = encoder.training
+        encoder.eval()
+        chunks = []
+        try:
+            for start in range(0, len(order), self.batch_size):
+                ids, mask = pad_rows(rows.rows(order[start : start + self.batch_size]), self._pad)
+                with self.runtime.autocast():
+                    vectors = self.model.embed(
+                        self.runtime.to_device(ids), self.runtime.to_device(mask)
+                    )
+                chunks.append(vectors.float().cpu())
+        finally:
+            encoder.train(was_training)
+        out = np.empty((len(order), chunks[0].shape[1]) if chunks else (0, 0), dtype=np.float32)
+        if chunks:
+            out[order] = torch.cat(chunks).numpy()
+        return out
+
+    @property
+    def _pad(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0

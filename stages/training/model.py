@@ -1,0 +1,111 @@
+"""The encoder as the contrastive objectives see it.
+
+- Two dropout views from ONE forward pass over the batch duplicated (2N rows, SimCSE): rows i
+  and N + i are the same sentence under independent dropout masks.
+- Pooler ``cls`` trains SimCSE's MLP head (Linear + tanh over [CLS], freshly initialised). It
+  lives in the backbone's own pooler slot, so the saved model carries the trained head and an
+  evaluator's ``cls`` reads it back; ``cls_before_pooler`` skips it.
+- The ArcCSE triplet branch runs with dropout off (every dropout of the encoder, hidden and
+  attention) for that forward only; gradients still flow through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from stages.modeling.pooling import needs_hidden_states, pool
+
+
+def attention_bias(mask: torch.Tensor) -> torch.Tensor:
+    """The (batch, 1, 1, keys) boolean mask that SDPA broadcasts over heads and queries.
+
+    Handing transformers a ready 4-D mask skips its own mask preparation, which inspects the
+    mask's values (``mask.all()``) and so would wait for the GPU at every forward.
+    """
+    return mask[:, None, None, :]
+
+
+def reset_mlp_head(encoder: PreTrainedModel, seed: int) -> None:
+    """Re-initialise the pooler's dense layer as SimCSE's fresh ``MLPLayer``: weights
+    N(0, initializer_range^2), zero bias (the backbone's ``_init_weights`` for Linear)."""
+    dense = getattr(getattr(encoder, "pooler", None), "dense", None)
+    if not isinstance(dense, nn.Linear):
+        raise ValueError(
+            f"pooler 'cls' needs a backbone with a dense pooler layer; "
+            f"{type(encoder).__name__} has none (use cls_before_pooler, mean or first_last_mean)"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    std = getattr(encoder.config, "initializer_range", 0.02)
+    with torch.no_grad():
+        weight = torch.randn(dense.weight.shape, generator=generator) * std
+        dense.weight.copy_(weight)
+        dense.bias.zero_()
+
+
+def freeze_unused_head(encoder: PreTrainedModel) -> None:
+    """A head the training pooler does not read gets no gradient; freezing it keeps it out of
+    the optimizer and keeps DDP from waiting for its gradients."""
+    head = getattr(encoder, "pooler", None)
+    if isinstance(head, nn.Module):
+        head.requires_grad_(False)
+
+
+@contextmanager
+def dropout_disabled(module: nn.Module) -> Iterator[None]:
+    """Dropout off (eval-mode behaviour) for the enclosed forward; autograd is unaffected."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+def enable_gradient_checkpointing(encoder: PreTrainedModel) -> None:
+    """Recompute layer activations in backward (non-reentrant, dropout masks replayed).
+
+    transformers only checkpoints layers in training mode, so the dropout-off triplet forward
+    keeps its activations: its recomputation could otherwise run with dropout back on.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(encoder, "activation_checkpointing_enable"):
+        encoder.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+class ContrastiveModel(nn.Module):
+    """Maps a batch to (z, z_pos) and, for triplet objectives, (h0, h1, h2)."""
+
+    def __init__(self, encoder: PreTrainedModel, pooler: str) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.pooler = pooler
+
+    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        outputs = self.encoder(
+            input_ids=ids,
+            attention_mask=attention_bias(mask),
+            output_hidden_states=needs_hidden_states(self.pooler),
+        )
+        return pool(outputs, mask, self.pooler)
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        triplet_ids: torch.Tensor | None = None,
+        triplet_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        n = ids.size(0)
+        views = self.embed(torch.cat([ids, ids]), torch.cat([mask, mask]))
+        triplets = None
+        if triplet_ids is not None and triplet_mask is not None:
+            with dropout_disabled(self.encoder):
+                triplets = tuple(torch.tensor_split(self.embed(triplet_ids, triplet_mask), 3))
+        return views[:n], views[n:], triplets

@@ -1,0 +1,90 @@
+"""Optimisation as in SimCSE's Hugging Face Trainer setup, plus ArcCSE's SAM.
+
+AdamW with weight decay on matrices only (biases and LayerNorm weights are exempt, as in the
+Trainer), a linear or constant learning-rate schedule with ceil(warmup_ratio * steps) warm-up
+steps, and gradient-norm clipping. AdamW runs as the fused kernel on CPU as on CUDA: for
+all-MiniLM-L6-v2 on 2 CPU cores a step takes ~10 ms against ~100 ms for the per-tensor loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
+
+from stages.params import SamParams, TrainParams
+
+
+def build_optimizer(model: nn.Module, train: TrainParams) -> torch.optim.AdamW:
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": train.weight_decay},
+        {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups,
+        lr=train.learning_rate,
+        betas=train.adam_betas,
+        eps=train.adam_epsilon,
+        fused=True,
+    )
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, train: TrainParams, total_steps: int
+) -> LambdaLR:
+    warmup = math.ceil(train.warmup_ratio * total_steps)
+    if train.lr_schedule == "linear":
+        return get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+    return get_constant_schedule_with_warmup(optimizer, warmup)
+
+
+def clip_gradients(params: list[nn.Parameter], max_norm: float | None) -> torch.Tensor:
+    """Clip in place; return the total gradient norm before clipping (a device tensor)."""
+    return nn.utils.clip_grad_norm_(params, math.inf if max_norm is None else max_norm)
+
+
+class SharpnessAware:
+    """Sharpness-aware minimisation (Foret et al., 2021) around any base optimizer.
+
+    A step: gradient g at w; move to w + e with e = rho * g / ||g|| (adaptive SAM: scale by
+    |w| elementwise, e = rho * w^2 g / || |w| g ||); take the gradient there; return to w
+    exactly (a saved copy, not w + e - e); let the base optimizer step with that gradient.
+    The second forward re-samples dropout (ArcCSE does not say; the natural reading).
+    """
+
+    def __init__(self, params: list[nn.Parameter], settings: SamParams) -> None:
+        self.params = params
+        self.rho = settings.rho
+        self.adaptive = settings.adaptive
+        self._saved: list[torch.Tensor] = []
+
+    @torch.no_grad()
+    def ascend(self) -> None:
+        """w <- w + e(w), from the gradients now in ``.grad``; then clear the gradients."""
+        params = [p for p in self.params if p.grad is not None]
+        grads = [p.grad for p in params]
+        if self.adaptive:
+            grads_scaled = [g * p.abs() for p, g in zip(params, grads, strict=True)]
+        else:
+            grads_scaled = grads
+        norms = torch.stack([torch.linalg.vector_norm(g) for g in grads_scaled])
+        norm = torch.linalg.vector_norm(norms)
+        scale = self.rho / (norm + 1e-12)
+        self._saved = [p.detach().clone() for p in self.params]
+        for p, g in zip(params, grads, strict=True):
+            step = g * scale
+            if self.adaptive:
+                step = step * p.square()
+            p.add_(step)
+            p.grad = None
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Back to the weights before ``ascend`` (gradients at w + e stay in ``.grad``)."""
+        for p, saved in zip(self.params, self._saved, strict=True):
+            p.copy_(saved)
+        self._saved = []

@@ -1,0 +1,59 @@
+"""Where and in which precision training runs: one object holding every device-dependent choice,
+so the training code itself has no device branches and runs unchanged on CPU and GPU.
+
+- precision ``auto``: bf16 autocast on a GPU that supports it, fp32 elsewhere; ``bf16`` forces
+  autocast (fast on CPUs with AVX512-BF16/AMX). Weights, optimizer state and the objectives stay
+  fp32 in every mode (objectives switch autocast off and upcast their inputs themselves);
+- pinned host buffers and non-blocking host-to-device copies on CUDA only.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from stages.cli import StageError
+
+
+@dataclass(frozen=True)
+class Runtime:
+    device: torch.device
+    autocast_dtype: torch.dtype | None  # None: fp32
+    pin_memory: bool
+
+    @property
+    def precision(self) -> str:
+        return "fp32" if self.autocast_dtype is None else "bf16"
+
+    def autocast(self) -> AbstractContextManager[None]:
+        return torch.autocast(
+            self.device.type,
+            dtype=self.autocast_dtype or torch.float32,
+            enabled=self.autocast_dtype is not None,
+        )
+
+    def to_device(self, array: np.ndarray) -> torch.Tensor:
+        """A host array on the device without waiting for the copy (pinned source on CUDA)."""
+        tensor = torch.from_numpy(array)
+        if self.pin_memory:
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
+
+
+def resolve_runtime(device: str, precision: str, local_rank: int = 0) -> Runtime:
+    """``device`` in {auto, cpu, cuda}, ``precision`` in {auto, fp32, bf16} (params.yaml)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise StageError("train.device is 'cuda' but no CUDA device is available")
+    on_gpu = device == "cuda"
+    if precision == "auto":
+        precision = "bf16" if on_gpu and torch.cuda.is_bf16_supported() else "fp32"
+    return Runtime(
+        device=torch.device(device, local_rank) if on_gpu else torch.device("cpu"),
+        autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
+        pin_memory=on_gpu,
+    )

@@ -1,0 +1,261 @@
+"""The training loop end to end on a tiny random-init BERT (CPU, fp32 unless stated)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from train_helpers import (
+    TINY,
+    DtypeProbe,
+    HostReadWatch,
+    NaNAtCall,
+    assert_same_weights,
+    make_job,
+    scripted_evaluator,
+    without_timing,
+    write_triplets,
+)
+from transformers import AutoModel
+
+from stages.modeling.backbone import load_backbone
+from stages.modeling.checkpoint import read_encoder_info
+from stages.objectives.arccse import ArcCSE
+from stages.objectives.registry import OBJECTIVES_BY_NAME
+from stages.objectives.temperature import TemperatureSchedule
+from stages.training.data import pad_rows, read_corpus
+from stages.training.dev import DevEncoder
+from stages.training.distributed import Distributed
+from stages.training.loop import Batch, _Training, contrastive_loss, train
+from stages.training.model import ContrastiveModel, reset_mlp_head
+from stages.training.records import NonFiniteLossError, read_log
+from stages.training.resume import latest_checkpoint
+from stages.training.runtime import resolve_runtime
+
+
+@pytest.fixture(scope="module")
+def reference(corpus: Path, token_cache: Path, dev_evaluator, tmp_path_factory) -> Path:
+    """One standard run (15 steps, real STS-B dev scoring every 5), shared by several tests."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    train(make_job(corpus, out, token_cache), dev_evaluator)
+    return out
+
+
+def test_run_folder_holds_config_log_models_and_metrics(reference: Path) -> None:
+    names = sorted(p.name for p in reference.iterdir())
+    assert names == ["best", "config.json", "final", "log.jsonl", "metrics.json"]
+    config = json.loads((reference / "config.json").read_text())
+    assert config["test"] is True and config["execution"]["precision"] == "fp32"
+    for folder in ("best", "final"):
+        info = read_encoder_info(reference / folder)
+        assert (info.train_pooler, info.eval_pooler) == ("cls", "cls_before_pooler")
+        assert (reference / folder / "model.safetensors").is_file()
+        assert (reference / folder / "tokenizer.json").is_file()
+        assert json.loads((reference / folder / "run.json").read_text())["test"] is True
+        AutoModel.from_pretrained(reference / folder)  # a plain Hugging Face model folder
+    # The trained MLP head is saved in the pooler slot: it moved away from its fresh init.
+    fresh = load_backbone(TINY, seed=3)
+    reset_mlp_head(fresh, seed=3)
+    trained = AutoModel.from_pretrained(reference / "final")
+    head = trained.pooler.dense.weight
+    assert head.shape == fresh.pooler.dense.weight.shape
+    assert not torch.equal(head, fresh.pooler.dense.weight)
+    assert torch.allclose(head, fresh.pooler.dense.weight, atol=1e-2)  # ... by training steps
+
+
+def test_log_has_every_step_and_every_evaluation(reference: Path) -> None:
+    log = read_log(reference / "log.jsonl")
+    steps = [r for r in log if r["event"] == "train"]
+    assert [r["step"] for r in steps] == list(range(1, 16))
+    for r in steps:
+        assert {"loss", "tau", "lr", "grad_norm", "epoch"} <= r.keys()
+        assert r["tau"] == 0.05 and r["loss"] > 0 and r["grad_norm"] > 0
+    assert steps[0]["lr"] == 3e-5 and steps[-1]["lr"] < steps[0]["lr"]  # linear decay
+    evals = [r for r in log if r["event"] == "eval"]
+    assert [r["step"] for r in evals] == [5, 10, 15]
+    for r in evals:
+        assert {"spearman", "alignment", "uniformity", "best"} <= r.keys()
+    metrics = json.loads((reference / "metrics.json").read_text())
+    best = max(evals, key=lambda r: r["spearman"])
+    assert metrics["best"]["step"] == best["step"]
+    assert metrics["best"]["spearman"] == best["spearman"]
+    assert metrics["final"]["step"] == 15 and metrics["steps"] == 15
+
+
+def test_same_run_twice_is_bitwise_identical(
+    reference: Path, corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
+) -> None:
+    again = tmp_path / "run"
+    train(make_job(corpus, again, token_cache), dev_evaluator)
+    first = json.loads((reference / "metrics.json").read_text())
+    second = json.loads((again / "metrics.json").read_text())
+    assert without_timing(first) == without_timing(second)
+    assert_same_weights(reference / "best", again / "best")
+    assert_same_weights(reference / "final", again / "final")
+
+    def losses(run: Path) -> list:
+        return [r for r in read_log(run / "log.jsonl") if r["event"] == "train"]
+
+    assert losses(reference) == losses(again)
+
+
+def test_interrupted_run_resumes_to_the_same_result(
+    reference: Path, corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+
+    def interrupt_at_second_evaluation(encode):
+        interrupt_at_second_evaluation.calls += 1
+        if interrupt_at_second_evaluation.calls == 2:
+            raise KeyboardInterrupt
+        return dev_evaluator(encode)
+
+    interrupt_at_second_evaluation.calls = 0
+    with pytest.raises(KeyboardInterrupt):
+        train(make_job(corpus, out, token_cache), interrupt_at_second_evaluation)
+    assert latest_checkpoint(out).name == "checkpoint-5"
+    metrics = train(make_job(corpus, out, token_cache), dev_evaluator)
+    first = json.loads((reference / "metrics.json").read_text())
+    assert without_timing(first) == without_timing(metrics)
+    assert_same_weights(reference / "final", out / "final")
+    assert latest_checkpoint(out) is None  # checkpoints go once the run is finished
+    log = read_log(out / "log.jsonl")
+    assert [r["step"] for r in log if r["event"] == "resume"] == [5]
+    assert [r["step"] for r in log if r["event"] == "train"] == list(range(1, 16))
+
+
+def test_best_checkpoint_is_the_best_evaluation(
+    corpus: Path, token_cache: Path, tmp_path: Path, tokenizer
+) -> None:
+    sentences = read_corpus(corpus)[:20]
+    captured: dict[int, np.ndarray] = {}
+    evaluate = scripted_evaluator([1.0, 5.0, 3.0], captured, sentences)
+    out = tmp_path / "run"
+    metrics = train(make_job(corpus, out, token_cache), evaluate)
+    assert metrics["best"]["step"] == 10 and metrics["final"]["step"] == 15
+    for folder, evaluation in (("best", 1), ("final", 2)):
+        model = AutoModel.from_pretrained(out / folder)
+        encode = DevEncoder(
+            model, tokenizer, "cls_before_pooler", resolve_runtime("cpu", "fp32"), 64
+        )
+        np.testing.assert_allclose(encode(sentences), captured[evaluation], rtol=1e-5, atol=1e-6)
+    evals = [r for r in read_log(out / "log.jsonl") if r["event"] == "eval"]
+    assert [r["best"] for r in evals] == [True, True, False]
+
+
+def test_non_finite_loss_stops_with_step_objective_and_statistic(
+    corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    job = make_job(corpus, out, token_cache, objective=NaNAtCall(at=8))
+    with pytest.raises(NonFiniteLossError) as err:
+        train(job, dev_evaluator)
+    message = str(err.value)
+    assert "step 8" in message and "'nan_at_call'" in message
+    assert "non-finite loss, grad_norm" in message and "pos_cos=" in message
+    assert "checkpoint-5" in message
+    assert latest_checkpoint(out).name == "checkpoint-5"  # the last good one stays
+    assert not (out / "best").exists() and not (out / "metrics.json").exists()
+    steps = [r["step"] for r in read_log(out / "log.jsonl") if r["event"] == "train"]
+    assert steps == list(range(1, 9))
+
+
+def test_temperature_schedule_sets_the_objective_tau(
+    corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
+) -> None:
+    schedule = TemperatureSchedule(schedule="tcc", initial_tau=0.1, step_ratio=0.4)
+    out = tmp_path / "run"
+    train(make_job(corpus, out, token_cache, temperature=schedule, max_steps=10), dev_evaluator)
+    taus = [r["tau"] for r in read_log(out / "log.jsonl") if r["event"] == "train"]
+    assert taus == [0.1] * 3 + [0.05] * 7  # cool-down ends at step 0.4 * 10 = 4
+
+
+def test_arccse_with_sam_and_the_inner_loop_never_waits_for_the_device(
+    corpus: Path,
+    token_cache: Path,
+    dev_evaluator,
+    tmp_path: Path,
+    tokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GPU code path on CPU: between flushes a step must not read a tensor on the host."""
+    triplets = write_triplets(tmp_path / "t.parquet", tokenizer, read_corpus(corpus))
+    watch = HostReadWatch(monkeypatch)
+    original_step = _Training._train_step
+
+    def watched_step(self) -> None:
+        with watch:
+            original_step(self)
+
+    monkeypatch.setattr(_Training, "_train_step", watched_step)
+    out = tmp_path / "run"
+    job = make_job(
+        corpus, out, token_cache, objective=ArcCSE(name="arccse"), triplets=triplets,
+        sam={"enabled": True}, triplet_batch_size=8, max_steps=6,
+    )  # fmt: skip
+    train(job, dev_evaluator)
+    assert watch.violations == []
+    records = [r for r in read_log(out / "log.jsonl") if r["event"] == "train"]
+    assert len(records) == 6 and all(r["triplet_loss"] >= 0 for r in records)
+
+
+FAMILIES = {  # one objective per module of stages/objectives, the triplet one for ArcCSE
+    cls.__module__.rsplit(".", 1)[-1]: name
+    for name, cls in reversed(OBJECTIVES_BY_NAME.items())
+    if cls.needs_triplets
+    or not any(
+        o.needs_triplets and o.__module__ == cls.__module__ for o in OBJECTIVES_BY_NAME.values()
+    )
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES.values()))
+def test_each_objective_family_trains_end_to_end(
+    name: str, corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path, tokenizer
+) -> None:
+    objective = OBJECTIVES_BY_NAME[name].model_validate({"name": name})
+    triplets = None
+    if objective.needs_triplets:
+        triplets = write_triplets(tmp_path / "t.parquet", tokenizer, read_corpus(corpus))
+    out = tmp_path / "run"
+    job = make_job(
+        corpus, out, token_cache, objective=objective, triplets=triplets, max_steps=4, eval_steps=4
+    )
+    metrics = train(job, dev_evaluator)
+    assert metrics["steps"] == 4 and np.isfinite(metrics["best"]["spearman"])
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES_BY_NAME))
+def test_every_objective_takes_a_step_without_host_reads(
+    name: str, tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objective = OBJECTIVES_BY_NAME[name].model_validate({"name": name})
+    model = ContrastiveModel(load_backbone(TINY, seed=0), "cls").train()
+    sentences = ["a man plays a guitar", "the cat sleeps", "stocks fell sharply", "it rains"]
+    ids, mask = pad_rows([np.asarray(tokenizer(s)["input_ids"]) for s in sentences], 0)
+    batch = Batch(torch.from_numpy(ids), torch.from_numpy(mask))
+    if objective.needs_triplets:
+        batch.triplet_ids = batch.ids.repeat(3, 1)
+        batch.triplet_mask = batch.mask.repeat(3, 1)
+    cpu = resolve_runtime("cpu", "fp32")
+    tau = objective.initial_tau
+    with HostReadWatch(monkeypatch) as watch:
+        out = contrastive_loss(model, batch, objective, tau, cpu, Distributed(), True)
+        out.loss.backward()
+    assert watch.violations == []
+    assert torch.isfinite(out.loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_bf16_autocast_on_cpu_keeps_the_objective_in_fp32(
+    corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
+) -> None:
+    probe = DtypeProbe(name="infonce")
+    out = tmp_path / "run"
+    job = make_job(corpus, out, token_cache, objective=probe, precision="bf16", max_steps=5)
+    train(job, dev_evaluator)
+    assert probe._seen == [(torch.float32, False)] * 5
+    assert json.loads((out / "config.json").read_text())["execution"]["precision"] == "bf16"

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from train_helpers import TINY
+from transformers import RobertaConfig, RobertaModel
+
+from stages.modeling.backbone import load_backbone
+from stages.training.model import (
+    ContrastiveModel,
+    attention_bias,
+    dropout_disabled,
+    enable_gradient_checkpointing,
+    reset_mlp_head,
+)
+
+
+def batch(tokenizer, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(sentences, padding=True, return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"].bool()
+
+
+SENTENCES = ["a man is playing a guitar .", "the cat sits", "it rains in the south of france today"]
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_ready_4d_mask_gives_the_same_states_as_a_2d_mask(family: str, tokenizer) -> None:
+    torch.manual_seed(0)
+    if family == "bert":
+        model = load_backbone(TINY, seed=0).eval()
+    else:
+        config = RobertaConfig(
+            vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=2, intermediate_size=64, attn_implementation="sdpa",
+        )  # fmt: skip
+        model = RobertaModel(config).eval()
+    ids, mask = batch(tokenizer, SENTENCES)
+    with torch.no_grad():
+        reference = model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+        ours = model(input_ids=ids, attention_mask=attention_bias(mask)).last_hidden_state
+    keep = mask[..., None].expand_as(reference)
+    torch.testing.assert_close(ours[keep], reference[keep], rtol=1e-5, atol=1e-6)
+
+
+def test_one_forward_gives_two_dropout_views(tokenizer) -> None:
+    model = ContrastiveModel(load_backbone(TINY, seed=0, dropout=0.1), "cls_before_pooler")
+    ids, mask = batch(tokenizer, SENTENCES)
+    model.train()
+    z, z_pos, triplets = model(ids, mask)
+    assert z.shape == z_pos.shape == (3, 32) and triplets is None
+    assert not torch.allclose(z, z_pos)  # independent dropout masks
+    model.eval()
+    z, z_pos, _ = model(ids, mask)
+    torch.testing.assert_close(z, z_pos)  # same sentence, no dropout: the same vector
+
+
+def test_triplet_branch_runs_with_dropout_off_and_gradients_on(tokenizer) -> None:
+    model = ContrastiveModel(load_backbone(TINY, seed=0, dropout=0.1), "cls")
+    ids, mask = batch(tokenizer, SENTENCES)
+    t_ids, t_mask = batch(tokenizer, SENTENCES * 3)
+    model.train()
+    _, _, (h0, h1, h2) = model(ids, mask, t_ids, t_mask)
+    assert model.training and model.encoder.training  # restored after the branch
+    with torch.no_grad(), dropout_disabled(model):
+        expected = model.embed(t_ids, t_mask)
+    torch.testing.assert_close(torch.cat([h0, h1, h2]), expected)
+    h0.sum().backward()
+    grads = [p.grad for p in model.encoder.parameters() if p.grad is not None]
+    assert grads and any(g.abs().sum() > 0 for g in grads)
+
+
+def test_cls_trains_a_fresh_simcse_mlp_head_in_the_pooler_slot(tokenizer) -> None:
+    encoder = load_backbone(TINY, seed=0)
+    reset_mlp_head(encoder, seed=5)
+    weight = encoder.pooler.dense.weight.detach().clone()
+    assert torch.count_nonzero(encoder.pooler.dense.bias) == 0
+    assert abs(weight.std().item() - encoder.config.initializer_range) < 0.004
+    other = load_backbone(TINY, seed=0)
+    reset_mlp_head(other, seed=5)
+    assert torch.equal(other.pooler.dense.weight, weight)  # seeded
+    model = ContrastiveModel(encoder, "cls").eval()
+    ids, mask = batch(tokenizer, SENTENCES)
+    z, _, _ = model(ids, mask)
+    cls_state = encoder(input_ids=ids, attention_mask=mask.long()).last_hidden_state[:, 0]
+    torch.testing.assert_close(z, torch.tanh(encoder.pooler.dense(cls_state)))
+
+
+def test_gradient_checkpointing_keeps_the_gradients(tokenizer) -> None:
+    ids, mask = batch(tokenizer, SENTENCES)
+    t_ids, t_mask = batch(tokenizer, SENTENCES * 3)
+    grads = []
+    for checkpointing in (False, True):
+        encoder = load_backbone(TINY, seed=0, dropout=0.1)
+        if checkpointing:
+            enable_gradient_checkpointing(encoder)
+        model = ContrastiveModel(encoder, "cls").train()
+        torch.manual_seed(7)
+        z, z_pos, triplets = model(ids, mask, t_ids, t_mask)
+        (z * z_pos).sum().add(sum(h.sum() for h in triplets)).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in encoder.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1])
