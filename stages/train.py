@@ -17,65 +17,36 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from scipy.special import logsumexp
-from scipy.stats import spearmanr
-
 from stages import cli, layout
 from stages.atomic import write_json
 from stages.cli import StageError, parser
 from stages.experiments import Run, plan_runs
 from stages.params import Params, load_params
+from stages.senteval_protocol.dev import StsbDevEvaluation
+from stages.senteval_protocol.loaders import DataFormatError
 from stages.training.dev import DevEvaluator, Encode
 from stages.training.distributed import Distributed, from_environment
 from stages.training.loop import METRICS_FILE, TrainJob, train
 from stages.training.resume import remove_checkpoints
 
-STSB_DEV = Path("downstream/STS/STSBenchmark/sts-dev.csv")
 POINTER_FILE = "train.json"
-# SimCSE's alignment/uniformity on STS-B dev: positive pairs are those scored above 4.
-ALIGNMENT_MIN_SCORE = 4.0
-UNIFORMITY_T = 2.0
 
 
 def stsb_dev_evaluator(data_dir: Path) -> DevEvaluator:
-    """STS-B dev as SimCSE scores it during training, plus Wang & Isola's two metrics.
-
-    Returns ``evaluate(encode)`` giving ``spearman`` (x100, cosine vs gold), ``alignment``
-    (mean squared distance of normalised embeddings over pairs with gold > 4) and
-    ``uniformity`` (log mean exp(-2 d^2) over all pairs of distinct dev sentences). Each
-    unique sentence is encoded once.
-    """
-    path = data_dir / STSB_DEV
-    if not path.is_file():
-        raise StageError(f"STS-B dev set {path} not found (run the download stage)")
-    firsts, seconds, gold = [], [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        fields = line.split("\t")
-        if len(fields) < 7:
-            raise StageError(f"{path}:{number}: expected 7 tab-separated fields")
-        # SentEval tokenises on whitespace and SimCSE's batcher joins the tokens with spaces.
-        firsts.append(" ".join(fields[5].split()))
-        seconds.append(" ".join(fields[6].split()))
-        gold.append(float(fields[4]))
-    sentences = list(dict.fromkeys(firsts + seconds))
-    index = {s: i for i, s in enumerate(sentences)}
-    left = np.array([index[s] for s in firsts])
-    right = np.array([index[s] for s in seconds])
-    scores = np.array(gold)
-    positive = scores > ALIGNMENT_MIN_SCORE
-    upper = np.triu_indices(len(sentences), k=1)
+    """STS-B dev exactly as the SentEval stage scores it (``StsbDevEvaluation``): Spearman x100
+    of cosine vs gold, plus alignment and uniformity of the same embeddings. The trainer's
+    encoder batches by token length itself, so it gets all distinct sentences in one call."""
+    try:
+        evaluation = StsbDevEvaluation(data_dir, batch_size=None)
+    except (DataFormatError, OSError) as error:
+        raise StageError(f"STS-B dev set (checkpoint selection): {error}") from error
 
     def evaluate(encode: Encode) -> dict[str, float]:
-        vectors = np.asarray(encode(sentences), dtype=np.float64)
-        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
-        cosine = np.einsum("ij,ij->i", unit[left], unit[right])
-        squared = ((unit[left[positive]] - unit[right[positive]]) ** 2).sum(axis=1)
-        distances = (2.0 - 2.0 * unit @ unit.T)[upper].clip(min=0.0)
+        scores = evaluation(encode)
         return {
-            "spearman": float(spearmanr(cosine, scores).statistic * 100),
-            "alignment": float(squared.mean()),
-            "uniformity": float(logsumexp(-UNIFORMITY_T * distances) - np.log(distances.size)),
+            "spearman": scores.spearman,
+            "alignment": scores.alignment,
+            "uniformity": scores.uniformity,
         }
 
     return evaluate

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stages.senteval_protocol.evaluate import EmbeddingTable, Encode
-from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
+from stages.senteval_protocol.loaders import downstream_dir, load_stsb_dev
 from stages.senteval_protocol.sts import alignment_uniformity, correlations, cosine_similarities
 
 
@@ -29,9 +29,7 @@ class StsbDevEvaluation:
     """
 
     def __init__(self, data_dir: str | Path, batch_size: int | None = 128) -> None:
-        task = load_task(downstream_dir(data_dir), "STSBenchmark")
-        assert isinstance(task, StsTask)
-        self.pairs = next(p for p in task.parts if p.name == "dev")
+        self.pairs = load_stsb_dev(downstream_dir(data_dir))
         self.batch_size = batch_size
 
     def __call__(self, encode: Encode) -> DevScores:

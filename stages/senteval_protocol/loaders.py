@@ -239,13 +239,18 @@ def _load_scored_pairs(
     return StsPairs(name, sent1, sent2, np.array(scores, dtype=np.float64))
 
 
-def _load_stsb(downstream: Path) -> StsTask:
+def _load_stsb(downstream: Path, splits: tuple[str, ...] = ("dev", "test")) -> StsTask:
     reader = _Reader(downstream, "STSBenchmark")
     parts = tuple(
         _load_scored_pairs(reader, f"STS/STSBenchmark/sts-{split}.csv", (4, 5, 6), False, split)
-        for split in ("dev", "test")
+        for split in splits
     )
     return StsTask("STSBenchmark", parts, tuple(reader.files))
+
+
+def load_stsb_dev(downstream: Path) -> StsPairs:
+    """STS-B dev alone (a trainer selecting checkpoints needs no test file)."""
+    return _load_stsb(downstream, ("dev",)).parts[0]
 
 
 def _load_sickr(downstream: Path) -> StsTask:
