@@ -250,6 +250,22 @@ class MethodParams(Section):
     temperature: TemperatureSchedule = TemperatureSchedule()
     train: dict[str, Any] = Field({}, description="overrides of the train section")
     per_backbone: dict[Key, MethodOverride] = {}
+    method_key: Key | None = Field(
+        None,
+        description="the method_key of the method's rows in stages/reference/published.csv "
+        "(docs/published.md); null: the method's own name",
+    )
+    sweep: str | None = Field(
+        None,
+        pattern=r"^[a-z_]+=[^;=]+(;[a-z_]+=[^;=]+)*$",
+        description="the sweep point of its published rows, name=value[;name=value] as in "
+        "published.csv's sweep column (tau=0.07)",
+    )
+    readings: tuple[str, ...] = Field(
+        (),
+        description="where the paper is ambiguous, the reading chosen: 'ambiguity -> reading "
+        "(spec section)', one entry per ambiguity (reports print them next to the results)",
+    )
 
 
 class ExperimentGroup(Section):
@@ -317,6 +333,10 @@ class Params(Section):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def method_key(self, method: str) -> str:
+        """The key under which the papers' published numbers for ``method`` are filed."""
+        return self.methods[method].method_key or method
 
     def resolve(self, method: str, backbone: str | None) -> ResolvedMethod:
         """The method's objective, schedule and train settings on ``backbone``."""

@@ -128,6 +128,21 @@ BAD_PARAMS = [
     ("empty matrix", set_key("experiments", []), ["experiments", "at least 1 item"]),
     ("empty seeds", set_key("experiments.0.seeds", []), ["experiments.0.seeds", "at least 1"]),
     ("backbone without model", set_key("backbones.bert-base", {}), ["backbones.bert-base.model"]),
+    (
+        "method key unsafe for paths",
+        set_key("methods.simcse.method_key", "SimCSE"),
+        ["methods.simcse.method_key", "should match pattern"],
+    ),
+    (
+        "sweep not name=value",
+        set_key("methods.simcse.sweep", "tau 0.07"),
+        ["methods.simcse.sweep", "should match pattern"],
+    ),
+    (
+        "readings not a list of strings",
+        set_key("methods.simcse.readings", [{"tau": "0.05"}]),
+        ["methods.simcse.readings.0", "valid string"],
+    ),
 ]
 
 
@@ -202,3 +217,20 @@ def test_entry_points_stop_before_any_work(tmp_path: Path) -> None:
     assert "methods.simcse.objective.tau: Input should be greater than 0" in result.stderr
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_published_key_sweep_and_readings_are_optional_and_kept() -> None:
+    def sweep_point(raw: dict[str, Any]) -> None:
+        raw["methods"]["simcse-tau-0_07"] = {
+            "objective": {"name": "infonce", "tau": 0.07},
+            "method_key": "simcse",
+            "sweep": "tau=0.07",
+            "readings": ["tau grid unclear -> 0.07 (spec B.7)"],
+        }
+
+    params = parse_params(edited(sweep_point))
+    assert params.method_key("simcse") == "simcse"  # no key given: the method's own name
+    assert params.method_key("simcse-tau-0_07") == "simcse"
+    assert params.methods["simcse-tau-0_07"].sweep == "tau=0.07"
+    assert params.methods["simcse-tau-0_07"].readings == ("tau grid unclear -> 0.07 (spec B.7)",)
+    assert params.methods["simcse"].readings == ()
