@@ -1,13 +1,16 @@
 """How long the pipeline's GPU jobs take: SLURM time limits and the presets' dry-run.
 
-    python -m stages.estimates [--params FILE]    every train/senteval/mteb job, and the total
+    python -m stages.estimates [--params FILE]    the dry run: every experiment of the matrix
+                                                  (run id, GPU minutes of its train, senteval and
+                                                  mteb jobs), and the totals
 
 A job's time is arithmetic over the hardware's sustained rate plus fixed costs:
 
 - training: 6 FLOPs per transformer-layer weight per token (forward 2, backward 4; Kaplan et
   al., 2020, "Scaling laws", section 2.1) for the tokens of one step (two dropout views of
-  batch_size sentences of max_seq_length tokens; ArcCSE's masked triplets add three sequences
-  per sentence, SAM a second forward/backward, gradient checkpointing a recomputed forward),
+  batch_size sentences padded to the batch's longest, at most max_seq_length tokens; ArcCSE's
+  masked triplets add three sequences per sentence, SAM a second forward/backward, gradient
+  checkpointing a recomputed forward),
   plus a fixed cost per step (kernel launches, optimizer, data), times the steps, plus the
   STS-B dev evaluation every eval_steps and the start-up (imports, loading the model and data);
 - evaluation: 2 FLOPs per weight per token for every sentence encoded (EVAL_TOKENS tokens
@@ -99,6 +102,10 @@ CPU = Hardware(
 
 SAFETY = 1.5  # a SLURM time limit is the estimate times this
 MIN_LIMIT_MINUTES = 10  # covers queueing start-up noise on any cluster
+# The longest sentence of a batch of 64 wiki1m lines, in bert-base-uncased tokens, averaged over
+# the batches of corpus/wiki1m_random10k_seed42.txt: 80 (median line 25, 99th percentile 77;
+# 31% of lines exceed 32). A max_seq_length above it (ArcCSE's uncapped BERT-base) costs this.
+WIKI_BATCH_LONGEST_TOKENS = 80
 EVAL_TOKENS = 64  # tokens per evaluated sentence: no truncation at evaluation, padded batches
 STSB_DEV_SENTENCES = 3000  # 1,500 pairs, evaluated every eval_steps during training
 CORPUS_SENTENCES = {"wiki1m": 1_000_000, "wiki1m_head_11913": 11_913,
@@ -135,6 +142,11 @@ def hardware_for(device: str) -> Hardware:
     return CPU if device == "cpu" else GPU
 
 
+def padded_length(max_seq_length: int) -> int:
+    """Tokens per sequence of a training batch: dynamic padding to the batch's longest."""
+    return min(max_seq_length, WIKI_BATCH_LONGEST_TOKENS)
+
+
 def train_step_flops(arch: Architecture, batch_size: int, seq_len: int) -> float:
     """FLOPs of one SimCSE step: two dropout views of the batch, forward and backward."""
     return 6.0 * arch.weights * 2 * batch_size * seq_len
@@ -160,7 +172,7 @@ def train_seconds(params: Params, settings: ResolvedMethod, arch: Architecture) 
     t = settings.train
     hw = hardware_for(t.device)
     steps = train_steps(params, settings)
-    flops = train_step_flops(arch, t.batch_size, t.max_seq_length)
+    flops = train_step_flops(arch, t.batch_size, padded_length(t.max_seq_length))
     if settings.objective.needs_triplets:
         flops *= (2 + 3) / 2  # s, s', s'' next to the two views (their length is similar)
     passes = (2 if t.sam.enabled else 1) * (4 / 3 if t.gradient_checkpointing else 1)
@@ -228,23 +240,67 @@ def job_limit_minutes(params: Params, job: Job, attempt: int = 1) -> int:
     return limit_minutes(estimate.seconds, attempt)
 
 
+@dataclass(frozen=True)
+class DryRunRow:
+    experiment: str
+    run_id: str  # "-" for a baseline (evaluated as is, never trained)
+    minutes: dict[str, float]  # stage (train, senteval, mteb) -> estimated minutes
+
+
+def dry_run(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[DryRunRow]:
+    """One row per experiment of the matrix and per baseline, in pipeline order."""
+    runs = plan_runs(params)
+    rows: dict[str, DryRunRow] = {}
+    for job in build_jobs(params, params_file):
+        estimate = job_estimate(params, job)
+        if estimate is None or job.key is None:
+            continue
+        run_id = runs[job.key].run_id if job.key in runs else "-"
+        row = rows.setdefault(job.key, DryRunRow(job.key, run_id, {}))
+        trained_before = job.stage == "train" and any(
+            r.run_id == run_id for r in rows.values() if r is not row
+        )  # the same configuration under two names is trained once (runs/<run_id>/)
+        row.minutes[job.stage] = 0.0 if trained_before else estimate.seconds / 60
+    return list(rows.values())
+
+
+def format_dry_run(params: Params, rows: Sequence[DryRunRow]) -> str:
+    stages = ("train", "senteval", "mteb")
+    width = max([len("experiment")] + [len(r.experiment) for r in rows])
+    lines = [
+        f"{'experiment'.ljust(width)}  {'run id':<16}"
+        + "".join(f"  {s:>8}" for s in stages)
+        + f"  {'total':>8}   (estimated GPU minutes)"
+    ]
+    for r in rows:
+        cells = "".join(
+            f"  {r.minutes[s]:8.1f}" if s in r.minutes else f"  {'-':>8}" for s in stages
+        )
+        lines.append(
+            f"{r.experiment.ljust(width)}  {r.run_id:<16}{cells}  {sum(r.minutes.values()):8.1f}"
+        )
+    totals = {s: sum(r.minutes.get(s, 0.0) for r in rows) for s in stages}
+    trained = sum(r.run_id != "-" for r in rows)
+    devices = [run.settings.train.device for run in plan_runs(params).values()]
+    hardware = dict.fromkeys(hardware_for(d).name for d in devices or [params.train.device])
+    lines += [
+        f"{'total (minutes)'.ljust(width)}  {'':<16}"
+        + "".join(f"  {totals[s]:8.1f}" for s in stages)
+        + f"  {sum(totals.values()):8.1f}",
+        f"{trained} trained runs ({len({r.run_id for r in rows if r.run_id != '-'})} distinct "
+        f"run ids), {len(rows) - trained} baselines: {sum(totals.values()) / 60:.1f} GPU-hours "
+        f"in all on {' / '.join(hardware)}",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default=str(DEFAULT_PARAMS))
     args = parser.parse_args(argv)
     params = load_params(args.params)
-    estimates = [e for job in build_jobs(params, args.params) if (e := job_estimate(params, job))]
-    width = max(
-        [len("total on " + e.hardware.name) for e in estimates]
-        + [len(e.job) for e in estimates]
-        + [3]
-    )
-    print(f"{'job'.ljust(width)}  {'estimate':>10}  {'SLURM limit':>11}")
-    for e in estimates:
-        print(f"{e.job.ljust(width)}  {e.seconds / 60:8.1f} m  {limit_minutes(e.seconds):9d} m")
-    for hw in dict.fromkeys(e.hardware for e in estimates):
-        hours = sum(e.seconds for e in estimates if e.hardware == hw) / 3600
-        print(f"{('total on ' + hw.name).ljust(width)}  {hours:8.2f} h")
+    print(f"dry run of {args.params}")
+    print(format_dry_run(params, dry_run(params, args.params)))
 
 
 if __name__ == "__main__":

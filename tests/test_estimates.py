@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ from stages.estimates import (
     CPU,
     GPU,
     MIN_LIMIT_MINUTES,
+    WIKI_BATCH_LONGEST_TOKENS,
     Architecture,
     architecture,
+    dry_run,
     job_estimate,
     job_limit_minutes,
     limit_minutes,
@@ -24,6 +27,7 @@ from stages.estimates import (
     train_step_flops,
     train_steps,
 )
+from stages.experiments import plan_runs
 from stages.params import BackboneParams, load_params, parse_params
 from stages.pipeline import build_jobs
 
@@ -126,9 +130,31 @@ def test_limits_add_a_margin_a_floor_and_grow_with_each_attempt() -> None:
         job_limit_minutes(params, report)
 
 
-def test_cli_prints_every_gpu_job_and_the_total(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_prints_every_experiment_its_run_id_and_the_total(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     main(["--params", str(REPO / "params.yaml")])
     out = capsys.readouterr().out
-    assert "train.simcse.bert-base.s42" in out
-    assert "senteval.baseline.bert-base-first-last" in out
-    assert f"total on {GPU.name}" in out
+    run_id = plan_runs(load_params(REPO / "params.yaml"))["simcse.bert-base.s42"].run_id
+    assert re.search(rf"simcse\.bert-base\.s42 +{run_id} +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+", out)
+    assert re.search(r"baseline\.bert-base-first-last +- +- +[\d.]+", out)
+    assert f"GPU-hours in all on {GPU.name}" in out
+
+
+def test_a_configuration_under_two_names_is_trained_once() -> None:
+    twice = {**MATRIX, "methods": {**MATRIX["methods"], "alias": MATRIX["methods"]["simcse"]}}
+    twice["experiments"] = [{"methods": ["simcse", "alias"], "backbones": ["base"], "seeds": [1]}]
+    rows = {r.experiment: r for r in dry_run(parse_params(twice))}
+    assert rows["simcse.base.s1"].run_id == rows["alias.base.s1"].run_id
+    assert rows["simcse.base.s1"].minutes["train"] > 0
+    assert rows["alias.base.s1"].minutes["train"] == 0
+    assert rows["alias.base.s1"].minutes["senteval"] == rows["simcse.base.s1"].minutes["senteval"]
+
+
+def test_dynamic_padding_caps_the_tokens_of_an_uncapped_length() -> None:
+    uncapped = {**MATRIX, "train": {"max_seq_length": 512}}
+    params, capped = parse_params(uncapped), parse_params(MATRIX)
+    long, short = (
+        train_seconds(p, p.resolve("simcse", "base"), BERT_BASE) for p in (params, capped)
+    )
+    assert short < long < short * WIKI_BATCH_LONGEST_TOKENS / 32 * 1.01
