@@ -320,6 +320,12 @@ class Params(Section):
             problems += _unknown(f"experiments.{g}.backbones", group.backbones, self.backbones)
         for name, baseline in self.baselines.items():
             problems += _unknown(f"baselines.{name}.backbone", [baseline.backbone], self.backbones)
+            spec = self.backbones.get(baseline.backbone)
+            if spec is not None and spec.random_init is not None:
+                problems.append(
+                    f"baselines.{name}.backbone: '{baseline.backbone}' is randomly initialised "
+                    "(random_init); a baseline evaluates pretrained weights"
+                )
         for name, method in self.methods.items():
             problems += _unknown(
                 f"methods.{name}.per_backbone", method.per_backbone, self.backbones

@@ -89,6 +89,11 @@ BAD_PARAMS = [
         ["baselines.bert-base-first-last.backbone: unknown name 'roberta-base'"],
     ),
     (
+        "baseline on a randomly initialised backbone",
+        set_key("backbones.bert-base.random_init", {"hidden_size": 32}),
+        ["baselines.bert-base-first-last.backbone: 'bert-base' is randomly initialised"],
+    ),
+    (
         "unknown key in a method's train override",
         set_key("methods.simcse.train", {"learning_rat": 1e-5}),
         ["methods.simcse.train.learning_rat: unknown key", "learning_rate"],
