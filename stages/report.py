@@ -36,8 +36,16 @@ from stages.reporting.tables import (
 
 ANALYSES = layout.REPORTS / "analyses"  # the figures stage's PNGs, embedded when present
 EMBEDDING_CACHE = Path("cache/embeddings")
-STS_TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
-             "STS_avg"]  # fmt: skip
+STS_TASKS = [
+    "STS12",
+    "STS13",
+    "STS14",
+    "STS15",
+    "STS16",
+    "STSBenchmark",
+    "SICKRelatedness",
+    "STS_avg",
+]
 TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "TR_avg"]
 
 
@@ -78,13 +86,16 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
     collected = collect(params, root)
     reference = published()
     summary = seed_summary(collected.results)
-    tests = significance(collected.results, params.report.baseline_method,
-                         params.report.significance_test)  # fmt: skip
-    tables = [status_table(collected.status),
-              results_table(summary, STS_TASKS, "spearman", "STS (Spearman x100)"),
-              results_table(summary, TRANSFER_TASKS, "accuracy", "Transfer (accuracy %)"),
-              *paper_tables(summary, reference, collected.planned, tests),
-              significance_table(tests)]  # fmt: skip
+    tests = significance(
+        collected.results, params.report.baseline_method, params.report.significance_test
+    )
+    tables = [
+        status_table(collected.status),
+        results_table(summary, STS_TASKS, "spearman", "STS (Spearman x100)"),
+        results_table(summary, TRANSFER_TASKS, "accuracy", "Transfer (accuracy %)"),
+        *paper_tables(summary, reference, collected.planned, tests),
+        significance_table(tests),
+    ]
     done = int((collected.status["senteval"] == "done").sum()) if collected.status.height else 0
     intro = (
         f"{done} of {collected.status.height} planned experiments have SentEval results; "
@@ -99,8 +110,10 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
             tmp / "summary.csv"
         )
         tests.write_csv(tmp / "significance.csv")
-        shown = [(fig.save(p, tmp / "figures"), p.caption)
-                 for p in make_plots(collected, params, reference)]  # fmt: skip
+        shown = [
+            (fig.save(p, tmp / "figures"), p.caption)
+            for p in make_plots(collected, params, reference)
+        ]
         for png in sorted((root / ANALYSES).glob("*.png")):
             shown.append((png, f"Analysis (figures stage): {png.stem}"))
         title = "Contrastive sentence embeddings: results"

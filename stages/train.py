@@ -148,8 +148,10 @@ def write_curves(run: Run, folder: Path) -> None:
     """experiments/<name>/{train_steps,dev_evals}.csv from the run's log; rewritten only when
     their content changes."""
     tables = curve_tables(read_log(folder / LOG_FILE))
-    for dest, text in ((layout.train_steps_file(run.name), tables["train"]),
-                       (layout.dev_curve_file(run.name), tables["eval"])):  # fmt: skip
+    for dest, text in (
+        (layout.train_steps_file(run.name), tables["train"]),
+        (layout.dev_curve_file(run.name), tables["eval"]),
+    ):
         if not dest.is_file() or dest.read_text(encoding="utf-8") != text:
             write_text(dest, text)
 

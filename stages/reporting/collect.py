@@ -72,10 +72,17 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def plan(params: Params) -> list[Planned]:
     planned = [
-        Planned(name, "run", run.method, run.backbone, run.seed, run.run_id,
-                flatten(run.settings.model_dump(mode="json")))
+        Planned(
+            name,
+            "run",
+            run.method,
+            run.backbone,
+            run.seed,
+            run.run_id,
+            flatten(run.settings.model_dump(mode="json")),
+        )
         for name, run in plan_runs(params).items()
-    ]  # fmt: skip
+    ]
     for name, baseline in plan_baselines(params).items():
         settings = flatten(baseline.model_dump(mode="json"))
         planned.append(Planned(name, "baseline", name, baseline.backbone, None, None, settings))
@@ -129,8 +136,10 @@ def curve_rows(curves: dict[str, pl.DataFrame]) -> list[tuple[str, str, float]]:
     """Means over training steps of the batch angles (SimACE Figs. 4 and 7 captions)."""
     steps = curves.get("steps")
     rows = []
-    for column, metric in (("batch_pos_angle_deg", "positive_angle_deg"),
-                           ("batch_neg_angle_deg", "negative_angle_deg")):  # fmt: skip
+    for column, metric in (
+        ("batch_pos_angle_deg", "positive_angle_deg"),
+        ("batch_neg_angle_deg", "negative_angle_deg"),
+    ):
         if steps is not None and column in steps.columns and steps[column].drop_nulls().len():
             rows.append(("train_batch", metric, float(steps[column].drop_nulls().mean())))
     return rows
@@ -159,16 +168,21 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
     collected = Collected(planned, pl.DataFrame(schema=RESULT_SCHEMA), pl.DataFrame())
     for entry in planned:
         identity = {
-            "experiment": entry.experiment, "kind": entry.kind, "run_id": entry.run_id,
-            "method": entry.method, "backbone": entry.backbone, "seed": entry.seed,
-        }  # fmt: skip
+            "experiment": entry.experiment,
+            "kind": entry.kind,
+            "run_id": entry.run_id,
+            "method": entry.method,
+            "backbone": entry.backbone,
+            "seed": entry.seed,
+        }
         state: dict[str, Any] = {**identity}
         for source in RESULT_FILES:
             if source == "train" and entry.kind == "baseline":
                 state[source] = "n/a"
                 continue
-            data, state[source] = read_json(root / layout.experiment_dir(entry.experiment) /
-                                            f"{source}.json")  # fmt: skip
+            data, state[source] = read_json(
+                root / layout.experiment_dir(entry.experiment) / f"{source}.json"
+            )
             if data is None:
                 continue
             recorded = (
@@ -178,8 +192,15 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
                 state[source] = f"stale: run {recorded}, planned {entry.run_id}"
                 continue
             for task, metric, value in READERS[source](data):
-                rows.append({**identity, "source": source, "task": task, "metric": metric,
-                             "value": float(value)})  # fmt: skip
+                rows.append(
+                    {
+                        **identity,
+                        "source": source,
+                        "task": task,
+                        "metric": metric,
+                        "value": float(value),
+                    }
+                )
             fingerprint = (
                 data.get("encoder", {}).get("fingerprint") if source == "senteval" else None
             )
@@ -189,8 +210,9 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
             curves = read_curves(entry.experiment, root)
             collected.curves[entry.experiment] = curves
             for task, metric, value in curve_rows(curves):
-                rows.append({**identity, "source": "train", "task": task, "metric": metric,
-                             "value": value})  # fmt: skip
+                rows.append(
+                    {**identity, "source": "train", "task": task, "metric": metric, "value": value}
+                )
         status.append(state)
     collected.results = pl.DataFrame(rows, schema=RESULT_SCHEMA)
     collected.status = pl.DataFrame(status, infer_schema_length=None)

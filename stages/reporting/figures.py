@@ -21,13 +21,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
 
-from stages.reporting.collect import Planned  # noqa: E402
-from stages.reporting.tables import sweep_values  # noqa: E402
+from stages.reporting.collect import Planned
+from stages.reporting.tables import sweep_values
 
 SWEEPS = {"temperature_sweep": "tau", "margin_ablation": "margin"}
 
@@ -50,8 +50,11 @@ def _curve_axes(
     title: str,
 ) -> Figure | None:
     """One panel per (curve kind, column, label), one line per experiment that has it."""
-    shown = [(k, c, label) for k, c, label in panels
-             if any(k in e and c in e[k].columns for e in curves.values())]  # fmt: skip
+    shown = [
+        (k, c, label)
+        for k, c, label in panels
+        if any(k in e and c in e[k].columns for e in curves.values())
+    ]
     if not shown:
         return None
     fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.6), squeeze=False)
@@ -63,8 +66,13 @@ def _curve_axes(
             frame = frame.select("step", column).drop_nulls()
             y = frame[column].to_numpy()
             smooth = _smooth(y) if kind == "steps" else y
-            ax.plot(frame["step"].to_numpy()[len(y) - len(smooth):], smooth, label=experiment,
-                    marker="o" if kind == "dev" else None, markersize=3)  # fmt: skip
+            ax.plot(
+                frame["step"].to_numpy()[len(y) - len(smooth) :],
+                smooth,
+                label=experiment,
+                marker="o" if kind == "dev" else None,
+                markersize=3,
+            )
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -75,34 +83,65 @@ def _curve_axes(
 
 
 def training_curves(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | None:
-    fig = _curve_axes(curves, [("steps", "loss", "loss"), ("steps", "tau", "tau"),
-                               ("dev", "spearman", "STS-B dev Spearman x100")],
-                      "Training curves")  # fmt: skip
-    return fig and Plot("training_curves", "Loss (moving average over 2% of the steps), "
-                        "temperature and STS-B dev Spearman against the step.", fig)  # fmt: skip
+    fig = _curve_axes(
+        curves,
+        [
+            ("steps", "loss", "loss"),
+            ("steps", "tau", "tau"),
+            ("dev", "spearman", "STS-B dev Spearman x100"),
+        ],
+        "Training curves",
+    )
+    return fig and Plot(
+        "training_curves",
+        "Loss (moving average over 2% of the steps), "
+        "temperature and STS-B dev Spearman against the step.",
+        fig,
+    )
 
 
 def gradient_norms(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | None:
-    fig = _curve_axes(curves, [
-        ("steps", "batch_infonce_grad_pos", "InfoNCE ||grad wrt positive||"),
-        ("steps", "batch_infonce_grad_neg", "InfoNCE ||sum grad wrt negatives||"),
-        ("steps", "grad_norm", "total gradient norm (pre-clip)")], "Gradient norms")  # fmt: skip
-    return fig and Plot("gradient_norms", "Per-anchor InfoNCE gradient norms w.r.t. the positive "
-                        "and the negatives (paper 003 eq. 6; batch mean, at the step's tau or 0.05) "
-                        "and the model's total gradient norm, per training step.", fig)  # fmt: skip
+    fig = _curve_axes(
+        curves,
+        [
+            ("steps", "batch_infonce_grad_pos", "InfoNCE ||grad wrt positive||"),
+            ("steps", "batch_infonce_grad_neg", "InfoNCE ||sum grad wrt negatives||"),
+            ("steps", "grad_norm", "total gradient norm (pre-clip)"),
+        ],
+        "Gradient norms",
+    )
+    return fig and Plot(
+        "gradient_norms",
+        "Per-anchor InfoNCE gradient norms w.r.t. the positive "
+        "and the negatives (paper 003 eq. 6; batch mean, at the step's tau or 0.05) "
+        "and the model's total gradient norm, per training step.",
+        fig,
+    )
 
 
 def batch_angles(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | None:
-    fig = _curve_axes(curves, [("steps", "batch_pos_angle_deg", "anchor-positive angle (deg)"),
-                               ("steps", "batch_neg_angle_deg", "anchor-negative angle (deg)")],
-                      "Angles in training batches")  # fmt: skip
-    return fig and Plot("batch_angles", "Mean anchor-positive and anchor-negative angle of each "
-                        "training batch (SimACE Figs. 4, 7).", fig)  # fmt: skip
+    fig = _curve_axes(
+        curves,
+        [
+            ("steps", "batch_pos_angle_deg", "anchor-positive angle (deg)"),
+            ("steps", "batch_neg_angle_deg", "anchor-negative angle (deg)"),
+        ],
+        "Angles in training batches",
+    )
+    return fig and Plot(
+        "batch_angles",
+        "Mean anchor-positive and anchor-negative angle of each "
+        "training batch (SimACE Figs. 4, 7).",
+        fig,
+    )
 
 
 def alignment_uniformity(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | None:
-    runs = {e: f["dev"] for e, f in curves.items()
-            if "dev" in f and {"alignment", "uniformity"} <= set(f["dev"].columns)}  # fmt: skip
+    runs = {
+        e: f["dev"]
+        for e, f in curves.items()
+        if "dev" in f and {"alignment", "uniformity"} <= set(f["dev"].columns)
+    }
     if not runs:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
@@ -120,9 +159,13 @@ def alignment_uniformity(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | N
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return Plot("alignment_uniformity", "Alignment against uniformity on STS-B dev at every "
-                "dev evaluation (cool-down paper Figs. 2-3; lower is better on both axes; the "
-                "arrow goes from the first to the last evaluation).", fig)  # fmt: skip
+    return Plot(
+        "alignment_uniformity",
+        "Alignment against uniformity on STS-B dev at every "
+        "dev evaluation (cool-down paper Figs. 2-3; lower is better on both axes; the "
+        "arrow goes from the first to the last evaluation).",
+        fig,
+    )
 
 
 def angle_distributions(angles: dict[str, dict[str, np.ndarray]]) -> Plot | None:
@@ -139,9 +182,13 @@ def angle_distributions(angles: dict[str, dict[str, np.ndarray]]) -> Plot | None
     axes[0].set_ylabel("density")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    return Plot("angle_distributions", "Angles between the final model's embeddings of STS-B "
-                "dev pairs: positives (gold > 4) and negatives (each first sentence with every "
-                "other pair's second; SimACE Figs. 5, 8).", fig)  # fmt: skip
+    return Plot(
+        "angle_distributions",
+        "Angles between the final model's embeddings of STS-B "
+        "dev pairs: positives (gold > 4) and negatives (each first sentence with every "
+        "other pair's second; SimACE Figs. 5, 8).",
+        fig,
+    )
 
 
 @dataclass(frozen=True)
@@ -165,8 +212,11 @@ def detect_sweeps(planned: Iterable[Planned], fragment: str) -> list[Sweep]:
                 continue
             rest = tuple(sorted((k, repr(v)) for k, v in settings.items() if k != key))
             groups.setdefault((key, backbone, rest), {}).setdefault(float(value), []).append(method)
-    return [Sweep(key, backbone, points)
-            for (key, backbone, _), points in groups.items() if len(points) >= 2]  # fmt: skip
+    return [
+        Sweep(key, backbone, points)
+        for (key, backbone, _), points in groups.items()
+        if len(points) >= 2
+    ]
 
 
 def sweep_plot(
@@ -179,8 +229,9 @@ def sweep_plot(
     for sweep in sweeps:
         xs, means, stds = [], [], []
         for value, methods in sorted(sweep.points.items()):
-            values = sts.filter(pl.col("method").is_in(methods),
-                                pl.col("backbone") == sweep.backbone)["value"]  # fmt: skip
+            values = sts.filter(
+                pl.col("method").is_in(methods), pl.col("backbone") == sweep.backbone
+            )["value"]
             if values.len():
                 xs.append(value)
                 means.append(values.mean())
@@ -191,9 +242,13 @@ def sweep_plot(
         else:
             ax.plot([], [], marker="o", label=f"{label}: no finished run")
         swept = sweep.parameter.rsplit(".", 1)[-1]
-        rows = published.filter(pl.col("backbone") == sweep.backbone, pl.col("task") == "STS_avg",
-                                pl.col("metric") == "spearman", pl.col("value").is_not_null(),
-                                pl.col("sweep").is_not_null())  # fmt: skip
+        rows = published.filter(
+            pl.col("backbone") == sweep.backbone,
+            pl.col("task") == "STS_avg",
+            pl.col("metric") == "spearman",
+            pl.col("value").is_not_null(),
+            pl.col("sweep").is_not_null(),
+        )
         points: dict[str, list[tuple[float, float]]] = {}
         for r in rows.iter_rows(named=True):
             at = sweep_values(r["sweep"]).get(swept)
@@ -209,8 +264,10 @@ def sweep_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    caption = (f"STS avg. against the swept {SWEEPS[name]} (ours: mean ± std over seeds; "
-               "published values dashed).")  # fmt: skip
+    caption = (
+        f"STS avg. against the swept {SWEEPS[name]} (ours: mean ± std over seeds; "
+        "published values dashed)."
+    )
     return Plot(name, caption, fig)
 
 

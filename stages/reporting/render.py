@@ -19,8 +19,9 @@ def markdown_table(table: Table) -> str:
     return f"### {table.title}\n\n{table.note}\n\n" + "\n".join(rows) + "\n"
 
 
-def markdown(title: str, intro: str, tables: list[Table], figures: list[tuple[Path, str]],
-             base: Path) -> str:  # fmt: skip
+def markdown(
+    title: str, intro: str, tables: list[Table], figures: list[tuple[Path, str]], base: Path
+) -> str:
     parts = [f"# {title}\n", intro + "\n", "## Tables\n"]
     parts += [markdown_table(t) for t in tables]
     parts.append("## Figures\n")
@@ -34,8 +35,10 @@ def html_table(table: Table) -> str:
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows
     )
-    return (f"<h3>{html.escape(table.title)}</h3><p>{html.escape(table.note)}</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")  # fmt: skip
+    return (
+        f"<h3>{html.escape(table.title)}</h3><p>{html.escape(table.note)}</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 STYLE = (
@@ -47,15 +50,19 @@ STYLE = (
 
 
 def html_page(title: str, intro: str, tables: list[Table], figures: list[tuple[Path, str]]) -> str:
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-             f"</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
-             f"<p>{html.escape(intro)}</p><h2>Tables</h2>"]  # fmt: skip
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+        f"</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
+        f"<p>{html.escape(intro)}</p><h2>Tables</h2>",
+    ]
     parts += [html_table(t) for t in tables]
     parts.append("<h2>Figures</h2>")
     for path, caption in figures:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
-        parts.append(f"<figure><img src='data:image/png;base64,{data}' "
-                     f"alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
-                     "</figcaption></figure>")  # fmt: skip
+        parts.append(
+            f"<figure><img src='data:image/png;base64,{data}' "
+            f"alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
+            "</figcaption></figure>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -64,9 +64,18 @@ def significance(
         part = part.sort("seed")
         a, b = part["value"].to_list(), part["baseline_value"].to_list()
         statistic, p = paired_test(a, b, test)
-        rows.append({
-            "method": method, "baseline": baseline, "backbone": backbone, "task": task,
-            "metric": metric, "n_pairs": len(a), "mean_diff": sum(a) / len(a) - sum(b) / len(b),
-            "statistic": statistic, "p_value": p, "test": test,
-        })  # fmt: skip
+        rows.append(
+            {
+                "method": method,
+                "baseline": baseline,
+                "backbone": backbone,
+                "task": task,
+                "metric": metric,
+                "n_pairs": len(a),
+                "mean_diff": sum(a) / len(a) - sum(b) / len(b),
+                "statistic": statistic,
+                "p_value": p,
+                "test": test,
+            }
+        )
     return pl.DataFrame(rows, schema=SCHEMA).sort("method", "backbone", "task", "metric")

@@ -100,9 +100,14 @@ def paper_tables(
             continue
         tasks = list(dict.fromkeys(part["task"]))
         groups = part.group_by(
-            "method", "method_key", "backbone", "metric", "aggregation", "sweep",
+            "method",
+            "method_key",
+            "backbone",
+            "metric",
+            "aggregation",
+            "sweep",
             maintain_order=True,
-        )  # fmt: skip
+        )
         body = []
         for (label, key, backbone, metric, aggregation, sweep), cells in groups:
             planned_run = methods[(key, backbone)]
@@ -114,22 +119,29 @@ def paper_tables(
                 mine = None
                 if matched and metric == "p_value":
                     other = _normalised(str(label).partition(" vs ")[2])
-                    mine = next((p for (m, b, bb, t), p in p_values.items()
-                                 if (m, bb, t) == (key, backbone, task) and _normalised(b) == other),
-                                None)  # fmt: skip
+                    mine = next(
+                        (
+                            p
+                            for (m, b, bb, t), p in p_values.items()
+                            if (m, bb, t) == (key, backbone, task) and _normalised(b) == other
+                        ),
+                        None,
+                    )
                 elif matched:
                     stats = ours.get((key, backbone, task, metric))
                     if stats is not None:
                         mine = stats["std"] if aggregation == "std" else stats["mean"]
                 row.append(_cell(mine, paper_value, 3 if metric == "p_value" else 2))
             body.append(row)
-        tables.append(Table(
-            title=f"{paper} {table}",
-            note="cell: ours / published (ours - published); ours = mean over seeds "
-                 f"(std rows: std, ddof={STD_DDOF}); {MISSING}: no finished run or no number",
-            header=["method (as printed)", "method key", "backbone", "metric", *tasks],
-            rows=body,
-        ))  # fmt: skip
+        tables.append(
+            Table(
+                title=f"{paper} {table}",
+                note="cell: ours / published (ours - published); ours = mean over seeds "
+                f"(std rows: std, ddof={STD_DDOF}); {MISSING}: no finished run or no number",
+                header=["method (as printed)", "method key", "backbone", "metric", *tasks],
+                rows=body,
+            )
+        )
     return tables
 
 
@@ -151,28 +163,56 @@ def results_table(summary: pl.DataFrame, source_tasks: list[str], metric: str, t
         row = [str(method), str(backbone), str(max(cells["n_seeds"]))]
         for task in tasks:
             r = by_task.get(task)
-            row.append(MISSING if r is None else
-                       fmt(r["mean"]) + ("" if r["std"] is None else f" ± {fmt(r['std'])}"))  # fmt: skip
+            row.append(
+                MISSING
+                if r is None
+                else fmt(r["mean"]) + ("" if r["std"] is None else f" ± {fmt(r['std'])}")
+            )
         rows.append(row)
-    return Table(title, f"mean ± std over seeds (ddof={STD_DDOF})",
-                 ["method", "backbone", "seeds", *tasks], rows)  # fmt: skip
+    return Table(
+        title,
+        f"mean ± std over seeds (ddof={STD_DDOF})",
+        ["method", "backbone", "seeds", *tasks],
+        rows,
+    )
 
 
 def status_table(status: pl.DataFrame) -> Table:
     columns = ["experiment", "run_id", "train", "senteval", "mteb"]
-    rows = [[MISSING if r[c] is None else str(r[c]) for c in columns]
-            for r in status.iter_rows(named=True)]  # fmt: skip
+    rows = [
+        [MISSING if r[c] is None else str(r[c]) for c in columns]
+        for r in status.iter_rows(named=True)
+    ]
     return Table("Runs", "what exists of each planned experiment", columns, rows)
 
 
 def significance_table(significance: pl.DataFrame) -> Table:
-    columns = ["method", "baseline", "backbone", "task", "metric", "n_pairs", "mean_diff",
-               "statistic", "p_value", "test"]  # fmt: skip
+    columns = [
+        "method",
+        "baseline",
+        "backbone",
+        "task",
+        "metric",
+        "n_pairs",
+        "mean_diff",
+        "statistic",
+        "p_value",
+        "test",
+    ]
     rows = []
     for r in significance.iter_rows(named=True):
-        rows.append([
-            fmt(r[c], 4) if isinstance(r[c], float) else (MISSING if r[c] is None else str(r[c]))
-            for c in columns
-        ])  # fmt: skip
-    return Table("Significance", "paired over seeds, each method against the baseline method "
-                 "on the same backbone; p-value two-sided", columns, rows)  # fmt: skip
+        rows.append(
+            [
+                fmt(r[c], 4)
+                if isinstance(r[c], float)
+                else (MISSING if r[c] is None else str(r[c]))
+                for c in columns
+            ]
+        )
+    return Table(
+        "Significance",
+        "paired over seeds, each method against the baseline method "
+        "on the same backbone; p-value two-sided",
+        columns,
+        rows,
+    )

@@ -67,22 +67,47 @@ def senteval_result(method: str, seed: int, run_id: str | None) -> dict:
     rng = np.random.default_rng(seed)
     emb = rng.normal(size=(20, 8))
     geometry = alignment_uniformity(emb[:10], emb[10:], np.linspace(0, 5, 10))
-    return {"tasks": tasks, "summary": _summary(tasks), "alignment_uniformity": geometry,
-            "encoder": {"run_id": run_id, "fingerprint": f"fp-{method}-{seed}"}}  # fmt: skip
+    return {
+        "tasks": tasks,
+        "summary": _summary(tasks),
+        "alignment_uniformity": geometry,
+        "encoder": {"run_id": run_id, "fingerprint": f"fp-{method}-{seed}"},
+    }
 
 
 def train_log(seed: int) -> list[dict]:
     log = []
     for step in range(1, 21):
-        log.append({"event": "train", "step": step, "epoch": step / 20, "lr": 3e-5, "tau": 0.05,
-                    "loss": 2.0 / step + seed, "grad_norm": 1.0, "pos_cos": 0.8,
-                    "batch_pos_angle_deg": 30.0 - step / 4, "batch_neg_angle_deg": 85.0,
-                    "batch_infonce_grad_pos": 1.0 / step, "batch_infonce_grad_neg": 2.0 / step,
-                    "batch_alignment": 0.3, "batch_uniformity": -2.0})  # fmt: skip
+        log.append(
+            {
+                "event": "train",
+                "step": step,
+                "epoch": step / 20,
+                "lr": 3e-5,
+                "tau": 0.05,
+                "loss": 2.0 / step + seed,
+                "grad_norm": 1.0,
+                "pos_cos": 0.8,
+                "batch_pos_angle_deg": 30.0 - step / 4,
+                "batch_neg_angle_deg": 85.0,
+                "batch_infonce_grad_pos": 1.0 / step,
+                "batch_infonce_grad_neg": 2.0 / step,
+                "batch_alignment": 0.3,
+                "batch_uniformity": -2.0,
+            }
+        )
         if step % 5 == 0:
-            log.append({"event": "eval", "step": step, "spearman": 60.0 + step, "alignment":
-                        0.4 - step / 100, "uniformity": -2.0 - step / 50, "best": True,
-                        "eval_s": 0.1})  # fmt: skip
+            log.append(
+                {
+                    "event": "eval",
+                    "step": step,
+                    "spearman": 60.0 + step,
+                    "alignment": 0.4 - step / 100,
+                    "uniformity": -2.0 - step / 50,
+                    "best": True,
+                    "eval_s": 0.1,
+                }
+            )
     return log
 
 
@@ -98,14 +123,24 @@ def project(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
         if name == MISSING_RUN:
             continue
         folder = root / layout.experiment_dir(name)
-        write(folder / "train.json", {"run_id": run.run_id, "best_dev_spearman": 80.0,
-                                      "best_step": 20, "steps": 20, "wall_time_s": 5.0})  # fmt: skip
+        write(
+            folder / "train.json",
+            {
+                "run_id": run.run_id,
+                "best_dev_spearman": 80.0,
+                "best_step": 20,
+                "steps": 20,
+                "wall_time_s": 5.0,
+            },
+        )
         tables = curve_tables(train_log(run.seed))
         write(root / layout.train_steps_file(name), tables["train"])
         write(root / layout.dev_curve_file(name), tables["eval"])
         write(folder / "senteval.json", senteval_result(run.method, run.seed, run.run_id))
-    write(root / layout.experiment_dir("baseline.bert-base-first-last") / "senteval.json",
-          senteval_result("baseline", 0, None))  # fmt: skip
+    write(
+        root / layout.experiment_dir("baseline.bert-base-first-last") / "senteval.json",
+        senteval_result("baseline", 0, None),
+    )
     return root
 
 
@@ -116,14 +151,27 @@ def built(params: Params, project: Path) -> dict:
 
 def test_tidy_frame_has_one_row_per_run_task_metric(params: Params, project: Path) -> None:
     results = collect(params, project).results
-    assert set(results.columns) >= {"experiment", "run_id", "method", "backbone", "seed", "task",
-                                    "metric", "value"}  # fmt: skip
+    assert set(results.columns) >= {
+        "experiment",
+        "run_id",
+        "method",
+        "backbone",
+        "seed",
+        "task",
+        "metric",
+        "value",
+    }
     assert results.select("experiment", "task", "metric").is_unique().all()
     sts_avg = results.filter(task="STS_avg", metric="spearman")
     assert sorted(sts_avg["experiment"]) == sorted(
-        ["simcse.bert-base.s1", "simcse.bert-base.s2", "simace.bert-base.s1",
-         "simcse_hot.bert-base.s1", "baseline.bert-base-first-last"]
-    )  # fmt: skip
+        [
+            "simcse.bert-base.s1",
+            "simcse.bert-base.s2",
+            "simace.bert-base.s1",
+            "simcse_hot.bert-base.s1",
+            "baseline.bert-base-first-last",
+        ]
+    )
     row = results.filter(experiment="simace.bert-base.s1", task="STS12").row(0, named=True)
     assert row["value"] == sts_score("simace", 1, "STS12") and row["seed"] == 1
 
@@ -181,8 +229,13 @@ def test_markdown_and_html_hold_every_table_and_figure(built: dict, project: Pat
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
     pngs = sorted((out / "figures").glob("*.png"))
     names = {p.stem for p in pngs}
-    assert {"training_curves", "alignment_uniformity", "gradient_norms", "batch_angles",
-            "temperature_sweep"} <= names  # fmt: skip
+    assert {
+        "training_curves",
+        "alignment_uniformity",
+        "gradient_norms",
+        "batch_angles",
+        "temperature_sweep",
+    } <= names
     assert all(p.stat().st_size > 1000 for p in pngs)
     for png in pngs:
         assert f"figures/{png.name}" in md
@@ -194,8 +247,10 @@ def test_markdown_and_html_hold_every_table_and_figure(built: dict, project: Pat
         pl.read_parquet(out / "results.parquet").height == pl.read_csv(out / "results.csv").height
     )
     metrics = json.loads((project / "reports/metrics.json").read_text())
-    assert math.isclose(metrics["simcse_hot/bert-base/STS_avg/spearman"],
-                        np.mean([sts_score("simcse_hot", 1, t) for t in STS]))  # fmt: skip
+    assert math.isclose(
+        metrics["simcse_hot/bert-base/STS_avg/spearman"],
+        np.mean([sts_score("simcse_hot", 1, t) for t in STS]),
+    )
 
 
 def test_temperature_sweep_detected_from_settings_not_names(params: Params) -> None:
