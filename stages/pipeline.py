@@ -180,7 +180,7 @@ def dvc_yaml(jobs: Sequence[Job], params_file: str = str(DEFAULT_PARAMS)) -> str
         if job.metrics:
             stage["metrics"] = [{path: {"cache": False}} for path in job.metrics]
         if job.plots:
-            stage["plots"] = [{path: {"cache": False}} for path in job.plots]
+            stage["plots"] = [{path: {"cache": False, "x": "step"}} for path in job.plots]
         stages[job.name] = stage
     document: dict[str, Any] = {"stages": stages}
     curves = top_level_plots(jobs)
