@@ -177,7 +177,9 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
         }
         state: dict[str, Any] = {**identity}
         for source in RESULT_FILES:
-            if source == "train" and entry.kind == "baseline":
+            if (source == "train" and entry.kind == "baseline") or (
+                source == "mteb" and not params.mteb.enabled
+            ):
                 state[source] = "n/a"
                 continue
             data, state[source] = read_json(
