@@ -266,3 +266,26 @@ def test_report_with_nothing_finished(params: Params, tmp_path: Path) -> None:
     metrics = build_report(params, tmp_path)
     assert metrics["finished/senteval"] == 0
     assert "### Runs" in (tmp_path / "reports/results/report.md").read_text()
+
+
+def test_angle_distributions_from_the_senteval_embedding_cache(tmp_path: Path) -> None:
+    from stages.reporting.collect import stsb_dev_angles
+    from stages.reporting.figures import angle_distributions
+    from stages.senteval_protocol.cache import EmbeddingCache
+    from stages.senteval_protocol.loaders import downstream_dir, load_task
+
+    data = REPO.parent / "shared" / "data" / "senteval"
+    if not (data / "downstream").is_dir():
+        pytest.skip("no SentEval data at ../shared/data/senteval")
+    task = load_task(downstream_dir(data), "STSBenchmark")
+    distinct = sorted(set(task.texts))
+    embeddings = np.random.default_rng(0).normal(size=(len(distinct), 16)).astype(np.float32)
+    EmbeddingCache(tmp_path, "fp").store("STSBenchmark", distinct, embeddings)
+    angles = stsb_dev_angles(data, tmp_path, "fp")
+    dev = next(p for p in task.parts if p.name == "dev")
+    assert angles is not None and len(angles["positive"]) == int((dev.scores > 4).sum())
+    assert len(angles["negative"]) == len(dev.scores) * (len(dev.scores) - 1)
+    assert 80 < np.mean(angles["negative"]) < 100  # random directions: near orthogonal
+    assert stsb_dev_angles(data, tmp_path, "other") is None
+    plot = angle_distributions({"run": angles})
+    assert plot is not None and plot.name == "angle_distributions"
