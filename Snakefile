@@ -31,5 +31,5 @@ localrules:
 
 rule all:
     input:
-        [out for job in JOBS.values() for out in job.outs],
+        [out for job in JOBS.values() for out in job.outputs],
     default_target: True

@@ -47,3 +47,19 @@ def run_dir(run_id: str) -> Path:
 
 def experiment_dir(name: str) -> Path:
     return EXPERIMENTS / name
+
+
+def train_steps_file(name: str) -> Path:
+    """Per-step training curve of an experiment (CSV, for DVC plots and the report)."""
+    return experiment_dir(name) / "train_steps.csv"
+
+
+def dev_curve_file(name: str) -> Path:
+    """Per-evaluation STS-B dev curve of an experiment (CSV, for DVC plots and the report)."""
+    return experiment_dir(name) / "dev_evals.csv"
+
+
+def report_metrics_file() -> Path:
+    """The report's flat summary for ``dvc metrics show``; beside reports/results/, because DVC
+    cannot track a file inside a tracked folder."""
+    return REPORTS / "metrics.json"

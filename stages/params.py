@@ -217,6 +217,9 @@ class ReportParams(Section):
     baseline_method: Key | None = Field(
         "simcse", description="significance tests compare each method against this one"
     )
+    significance_test: Literal["paired_t", "wilcoxon"] = Field(
+        "paired_t", description="paired over seeds: t-test (scipy ttest_rel) or signed-rank"
+    )
 
 
 class RandomInit(Section):

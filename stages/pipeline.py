@@ -47,10 +47,19 @@ class Job:
     gpu: bool = False
     # Outputs that are folders (Snakemake needs to know; DVC does not care).
     dirs: frozenset[str] = field(default_factory=frozenset)
+    # Small outputs DVC reads as metrics (JSON) and plots (CSV curves); not cached by DVC, as
+    # its docs recommend for files kept in git; Snakemake treats them as any other output.
+    metrics: tuple[str, ...] = ()
+    plots: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return f"{self.stage}.{self.key}" if self.key else self.stage
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Every file the job writes: outs, then metrics, then plots."""
+        return (*self.outs, *self.metrics, *self.plots)
 
 
 def _param_args(params_file: str) -> str:
@@ -93,8 +102,11 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
         )  # fmt: skip
 
     evaluated: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+    curves: list[str] = []
     for name, run in runs.items():
         train_out = str(layout.experiment_dir(name) / "train.json")
+        run_curves = (str(layout.train_steps_file(name)), str(layout.dev_curve_file(name)))
+        curves += run_curves
         deps = (corpus, senteval)
         keys = ("train", f"methods.{run.method}", f"backbones.{run.backbone}", "data.max_sentences")
         if run.needs_triplets:
@@ -102,7 +114,7 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
             keys += ("triplets",)
         jobs.append(
             Job("train", name, f"python -m stages.train {name}{p}",
-                deps=deps, params=keys, outs=(train_out,), gpu=True)
+                deps=deps, params=keys, metrics=(train_out,), plots=run_curves, gpu=True)
         )  # fmt: skip
         evaluated.append((name, (train_out,), ()))
     for name, baseline in plan_baselines(params).items():
@@ -114,7 +126,7 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
         out = str(layout.experiment_dir(name) / "senteval.json")
         jobs.append(
             Job("senteval", name, f"python -m stages.evaluate_senteval --experiment {name}{p}",
-                deps=(*deps, senteval), params=("senteval", *keys), outs=(out,), gpu=True)
+                deps=(*deps, senteval), params=("senteval", *keys), metrics=(out,), gpu=True)
         )  # fmt: skip
         results.append(out)
         if params.mteb.enabled:
@@ -126,12 +138,13 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
             )  # fmt: skip
             results.append(out)
 
-    train_outs = [o for j in jobs if j.stage == "train" for o in j.outs]
+    pointers = [o for j in jobs if j.stage == "train" for o in j.metrics]
     jobs.append(
         Job("report", None, f"python -m stages.report{p}",
-            deps=tuple(train_outs + results), params=("report",),
+            deps=tuple(pointers + curves + results), params=("report", "senteval.data_dir"),
             outs=(str(layout.REPORTS / "results"),),
-            dirs=frozenset({str(layout.REPORTS / "results")}))
+            dirs=frozenset({str(layout.REPORTS / "results")}),
+            metrics=(str(layout.report_metrics_file()),))
     )  # fmt: skip
     return jobs
 
@@ -162,9 +175,40 @@ def dvc_yaml(jobs: Sequence[Job], params_file: str = str(DEFAULT_PARAMS)) -> str
         if job.params:
             keys = list(job.params)
             stage["params"] = keys if params_file == str(DEFAULT_PARAMS) else [{params_file: keys}]
-        stage["outs"] = list(job.outs)
+        if job.outs:
+            stage["outs"] = list(job.outs)
+        if job.metrics:
+            stage["metrics"] = [{path: {"cache": False}} for path in job.metrics]
+        if job.plots:
+            stage["plots"] = [{path: {"cache": False, "x": "step"}} for path in job.plots]
         stages[job.name] = stage
-    return DVC_HEADER + yaml.safe_dump({"stages": stages}, sort_keys=False, width=100)
+    document: dict[str, Any] = {"stages": stages}
+    curves = top_level_plots(jobs)
+    if curves:
+        document["plots"] = curves
+    return DVC_HEADER + yaml.safe_dump(document, sort_keys=False, width=100)
+
+
+# Top-level DVC plots: one figure per curve, every experiment's file overlaid.
+CURVES = {
+    "train_steps.csv": (("loss", "loss"), ("tau", "tau"), ("grad_norm", "gradient norm")),
+    "dev_evals.csv": (("spearman", "STS-B dev Spearman x100"), ("alignment", "dev alignment"),
+                      ("uniformity", "dev uniformity")),
+}  # fmt: skip
+
+
+def top_level_plots(jobs: Sequence[Job]) -> list[dict[str, Any]]:
+    files = [path for job in jobs for path in job.plots]
+    plots = []
+    for file_name, columns in CURVES.items():
+        paths = [path for path in files if Path(path).name == file_name]
+        for column, label in columns:
+            if paths:
+                plots.append({column: {
+                    "template": "linear", "x": "step", "y": {path: column for path in paths},
+                    "title": label, "x_label": "step", "y_label": label,
+                }})  # fmt: skip
+    return plots
 
 
 def check_dvc_yaml(params_file: str = str(DEFAULT_PARAMS), path: Path = DVC_YAML) -> str | None:

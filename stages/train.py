@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from stages import cli, layout
-from stages.atomic import write_json
+from stages.atomic import write_json, write_text
 from stages.cli import StageError, parser
 from stages.experiments import Run, plan_runs
 from stages.params import Params, load_params
@@ -26,7 +28,8 @@ from stages.senteval_protocol.dev import StsbDevEvaluation
 from stages.senteval_protocol.loaders import DataFormatError
 from stages.training.dev import DevEvaluator, Encode
 from stages.training.distributed import Distributed, from_environment
-from stages.training.loop import METRICS_FILE, TrainJob, train
+from stages.training.loop import LOG_FILE, METRICS_FILE, TrainJob, train
+from stages.training.records import read_log
 from stages.training.resume import remove_checkpoints
 
 POINTER_FILE = "train.json"
@@ -128,6 +131,31 @@ def write_pointer(run: Run, folder: Path) -> dict[str, Any]:
     return pointer
 
 
+def curve_tables(log: list[dict[str, Any]]) -> dict[str, str]:
+    """log.jsonl as two CSV tables DVC plots can read (it does not read JSONL): one row per
+    optimizer step (loss, tau, lr, grad_norm, objective and batch statistics) and one per dev
+    evaluation (spearman, alignment, uniformity)."""
+    tables = {}
+    for event, drop in (("train", {"event"}), ("eval", {"event", "best", "eval_s"})):
+        rows = [{k: v for k, v in r.items() if k not in drop} for r in log if r["event"] == event]
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        frame = pl.DataFrame(rows, schema=columns, infer_schema_length=None, orient="row")
+        tables[event] = frame.write_csv(float_precision=None)
+    return tables
+
+
+def write_curves(run: Run, folder: Path) -> None:
+    """experiments/<name>/{train_steps,dev_evals}.csv from the run's log; rewritten only when
+    their content changes."""
+    tables = curve_tables(read_log(folder / LOG_FILE))
+    for dest, text in (
+        (layout.train_steps_file(run.name), tables["train"]),
+        (layout.dev_curve_file(run.name), tables["eval"]),
+    ):
+        if not dest.is_file() or dest.read_text(encoding="utf-8") != text:
+            write_text(dest, text)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser("Train one experiment (method.backbone.seed) with the SimCSE protocol.")
     p.add_argument("experiment", help="experiment name, e.g. simcse.bert-base.s42")
@@ -142,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ctx = from_environment()
     folder = train_run(selected, params, ctx)
     if ctx.is_main:
+        write_curves(selected, folder)
         write_pointer(selected, folder)
 
 

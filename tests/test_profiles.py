@@ -63,7 +63,7 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
     jobs = dry_run_jobs(REPO, "--profile", str(PROFILES / "slurm"))
     params = load_params(REPO / "params.yaml")
     for job in build_jobs(params):
-        dry = jobs[job.outs[0]]
+        dry = jobs[job.outputs[0]]
         if job.gpu:
             assert dry["resources"]["gpu"] == "1"
             assert dry["resources"]["mem_mb"] == "32000"

@@ -34,6 +34,7 @@ from stages.cli import StageError
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
 from stages.objectives.base import LossOutput, ObjectiveParams
+from stages.objectives.diagnostics import batch_diagnostics
 from stages.objectives.temperature import TemperatureSchedule
 from stages.params import BackboneParams, TrainParams
 from stages.training import distributed as dist_util
@@ -70,6 +71,9 @@ CONFIG_FILE = "config.json"
 LOG_FILE = "log.jsonl"
 METRICS_FILE = "metrics.json"
 RUN_CONFIG_IN_MODEL = "run.json"
+# InfoNCE's gradient norms in the batch diagnostics of objectives without a temperature use
+# SimCSE's tau (paper 003's training-set curves, spec B.7: "tau = 0.05").
+DIAGNOSTICS_TAU = 0.05
 
 
 @dataclass(frozen=True)
@@ -109,10 +113,14 @@ def contrastive_loss(
     runtime: Runtime,
     ctx: Distributed,
     gather_negatives: bool,
+    diagnostics: bool = False,
 ) -> LossOutput:
     """Forward under the run's precision, then the objective over the (gathered) batch.
 
     Objectives turn autocast off and upcast their inputs themselves, so the loss is fp32.
+    With ``diagnostics`` the stats also hold the batch's geometry (``batch_diagnostics``:
+    alignment, uniformity, positive and negative angles, InfoNCE gradient norms) as ``batch_*``,
+    detached and still on the device.
     """
     with runtime.autocast():
         z, z_pos, triplets = model(batch.ids, batch.mask, batch.triplet_ids, batch.triplet_mask)
@@ -120,7 +128,11 @@ def contrastive_loss(
         z, z_pos = dist_util.gather_with_grad(z, ctx), dist_util.gather_with_grad(z_pos, ctx)
         if triplets is not None:
             triplets = tuple(dist_util.gather_with_grad(h, ctx) for h in triplets)
-    return objective(z, z_pos, tau=tau, triplets=triplets)  # type: ignore[arg-type]
+    out = objective(z, z_pos, tau=tau, triplets=triplets)  # type: ignore[arg-type]
+    if diagnostics:
+        geometry = batch_diagnostics(z, z_pos, DIAGNOSTICS_TAU if tau is None else tau)
+        out.stats.update({f"batch_{name}": value for name, value in geometry.items()})
+    return out
 
 
 def make_batch(
@@ -363,12 +375,19 @@ class _Training:
         )
         lr = self.scheduler.get_last_lr()[0]
 
-        def loss() -> LossOutput:
+        def loss(diagnostics: bool = False) -> LossOutput:
             return contrastive_loss(
-                self.forward, batch, objective, tau, self.runtime, self.ctx, train.gather_negatives
+                self.forward,
+                batch,
+                objective,
+                tau,
+                self.runtime,
+                self.ctx,
+                train.gather_negatives,
+                diagnostics,
             )
 
-        out = loss()
+        out = loss(diagnostics=True)
         out.loss.backward()
         if self.sam is not None:
             self.sam.ascend()

@@ -73,6 +73,10 @@ def test_log_has_every_step_and_every_evaluation(reference: Path) -> None:
     for r in steps:
         assert {"loss", "tau", "lr", "grad_norm", "epoch"} <= r.keys()
         assert r["tau"] == 0.05 and r["loss"] > 0 and r["grad_norm"] > 0
+        # the batch geometry the report's gradient-norm and angle curves read
+        assert 0 <= r["batch_pos_angle_deg"] <= 180 and 0 <= r["batch_neg_angle_deg"] <= 180
+        assert r["batch_infonce_grad_pos"] > 0 and r["batch_infonce_grad_neg"] > 0
+        assert r["batch_alignment"] >= 0 and r["batch_uniformity"] <= 0
     assert steps[0]["lr"] == 3e-5 and steps[-1]["lr"] < steps[0]["lr"]  # linear decay
     evals = [r for r in log if r["event"] == "eval"]
     assert [r["step"] for r in evals] == [5, 10, 15]
@@ -243,10 +247,10 @@ def test_every_objective_takes_a_step_without_host_reads(
     cpu = resolve_runtime("cpu", "fp32")
     tau = objective.initial_tau
     with HostReadWatch(monkeypatch) as watch:
-        out = contrastive_loss(model, batch, objective, tau, cpu, Distributed(), True)
+        out = contrastive_loss(model, batch, objective, tau, cpu, Distributed(), True, True)
         out.loss.backward()
     assert watch.violations == []
-    assert torch.isfinite(out.loss)
+    assert torch.isfinite(out.loss) and "batch_infonce_grad_pos" in out.stats
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 import yaml
 from scipy.spatial.distance import pdist
@@ -80,6 +81,11 @@ def test_stage_trains_into_runs_and_writes_the_pointer(finished: Path) -> None:
     assert pointer["run_id"] == rid and pointer["run_dir"] == f"runs/{rid}"
     assert pointer["best_dev_spearman"] == metrics["best"]["spearman"]
     assert pointer["best_step"] == metrics["best"]["step"] and pointer["steps"] == 40
+    # the curves DVC plots and the report read, beside the pointer
+    steps = pl.read_csv(finished / "experiments" / EXPERIMENT / "train_steps.csv")
+    dev = pl.read_csv(finished / "experiments" / EXPERIMENT / "dev_evals.csv")
+    assert steps["step"].to_list() == list(range(1, 41)) and "batch_pos_angle_deg" in steps.columns
+    assert dev["spearman"].to_list() == [e["spearman"] for e in metrics["evaluations"]]
 
 
 def test_finished_run_is_a_cache_hit(finished: Path, monkeypatch: pytest.MonkeyPatch) -> None:

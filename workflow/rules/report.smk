@@ -3,6 +3,7 @@ rule report:
         job_inputs("report"),
     output:
         directory("reports/results"),
+        "reports/metrics.json",
     params:
         **job_rule_params("report"),
     shell:

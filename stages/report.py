@@ -1,0 +1,139 @@
+"""Stage report: aggregate every finished run into tables, figures and a report.
+
+    python -m stages.report [--params params.yaml]
+
+Reads experiments/<name>/{train,senteval,mteb}.json and the curves beside them for every
+planned experiment and baseline (what is missing is marked, never an error) and writes
+reports/results/ as a whole (a temporary folder renamed into place): results.parquet and
+results.csv (one row per experiment x task x metric), summary.csv (mean ± std over seeds),
+significance.csv, report.md, report.html (figures embedded), figures/*.png; then
+reports/metrics.json, a flat summary for `dvc metrics show`. docs/report.md explains it all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from stages import cli, layout
+from stages.atomic import atomic_path, write_json
+from stages.params import Params, load_params
+from stages.reference import published
+from stages.reporting import figures as fig
+from stages.reporting.collect import Collected, collect, stsb_dev_angles
+from stages.reporting.render import html_page, markdown
+from stages.reporting.significance import significance
+from stages.reporting.tables import (
+    paper_tables,
+    results_table,
+    seed_summary,
+    significance_table,
+    status_table,
+)
+
+ANALYSES = layout.REPORTS / "analyses"  # the figures stage's PNGs, embedded when present
+EMBEDDING_CACHE = Path("cache/embeddings")
+STS_TASKS = [
+    "STS12",
+    "STS13",
+    "STS14",
+    "STS15",
+    "STS16",
+    "STSBenchmark",
+    "SICKRelatedness",
+    "STS_avg",
+]
+TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "TR_avg"]
+
+
+def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) -> list[fig.Plot]:
+    angles = {}
+    for experiment, fingerprint in collected.encoders.items():
+        found = stsb_dev_angles(Path(params.senteval.data_dir), EMBEDDING_CACHE, fingerprint)
+        if found is not None:
+            angles[experiment] = found
+    plots = [
+        fig.training_curves(collected.curves),
+        fig.alignment_uniformity(collected.curves),
+        fig.gradient_norms(collected.curves),
+        fig.batch_angles(collected.curves),
+        fig.angle_distributions(angles),
+    ]
+    for name, fragment in fig.SWEEPS.items():
+        sweeps = fig.detect_sweeps(collected.planned, fragment)
+        plots.append(fig.sweep_plot(name, sweeps, collected.results, reference))
+    return [p for p in plots if p is not None]
+
+
+def flat_metrics(summary: pl.DataFrame, collected: Collected) -> dict[str, Any]:
+    """method/backbone/task/metric -> mean over seeds, plus counts of finished outputs."""
+    metrics: dict[str, Any] = {}
+    for r in summary.iter_rows(named=True):
+        metrics[f"{r['method']}/{r['backbone']}/{r['task']}/{r['metric']}"] = r["mean"]
+    status = collected.status
+    for source in ("train", "senteval", "mteb"):
+        if source in status.columns:
+            metrics[f"finished/{source}"] = int((status[source] == "done").sum())
+    metrics["planned"] = status.height
+    return metrics
+
+
+def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
+    """Write reports/results/ and reports/metrics.json under ``root``; return the metrics."""
+    collected = collect(params, root)
+    reference = published()
+    summary = seed_summary(collected.results)
+    tests = significance(
+        collected.results, params.report.baseline_method, params.report.significance_test
+    )
+    tables = [
+        status_table(collected.status),
+        results_table(summary, STS_TASKS, "spearman", "STS (Spearman x100)"),
+        results_table(summary, TRANSFER_TASKS, "accuracy", "Transfer (accuracy %)"),
+        *paper_tables(summary, reference, collected.planned, tests),
+        significance_table(tests),
+    ]
+    done = int((collected.status["senteval"] == "done").sum()) if collected.status.height else 0
+    intro = (
+        f"{done} of {collected.status.height} planned experiments have SentEval results; "
+        "the Runs table says what exists of each. Values: Spearman x100 and accuracy %."
+    )
+    dest = root / layout.REPORTS / "results"
+    with atomic_path(dest) as tmp:
+        (tmp / "figures").mkdir(parents=True)
+        collected.results.write_parquet(tmp / "results.parquet")
+        collected.results.write_csv(tmp / "results.csv")
+        summary.with_columns(pl.col("seeds").cast(pl.List(pl.String)).list.join(" ")).write_csv(
+            tmp / "summary.csv"
+        )
+        tests.write_csv(tmp / "significance.csv")
+        shown = [
+            (fig.save(p, tmp / "figures"), p.caption)
+            for p in make_plots(collected, params, reference)
+        ]
+        for png in sorted((root / ANALYSES).glob("*.png")):
+            shown.append((png, f"Analysis (figures stage): {png.stem}"))
+        title = "Contrastive sentence embeddings: results"
+        md_figures = [(p, c) for p, c in shown if p.is_relative_to(tmp)]
+        text = markdown(title, intro, tables, md_figures, tmp)
+        extra = [p for p, _ in shown if not p.is_relative_to(tmp)]
+        text += "".join(f"\n![{p.stem}](../analyses/{p.name})\n" for p in extra)
+        (tmp / "report.md").write_text(text, encoding="utf-8")
+        (tmp / "report.html").write_text(html_page(title, intro, tables, shown), encoding="utf-8")
+    metrics = flat_metrics(summary, collected)
+    write_json(root / layout.report_metrics_file(), metrics)
+    return metrics
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = cli.parser("Aggregate every finished run into tables, figures and a report.")
+    args = p.parse_args(argv)
+    metrics = build_report(load_params(args.params))
+    print(f"wrote {layout.REPORTS / 'results'} ({metrics['planned']} planned experiments)")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,248 @@
+"""Read whatever the pipeline has finished into tidy polars frames; never fail on a missing run.
+
+Every planned experiment (params' matrix and baselines) gets a status row saying which of its
+outputs exist; a file that is absent or unreadable is marked, not raised. Results become one
+row per experiment x task x metric, with the run's identity (run id, method, backbone, seed).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from stages import layout
+from stages.experiments import plan_baselines, plan_runs
+from stages.params import Params
+from stages.senteval_protocol.cache import EmbeddingCache
+from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
+from stages.senteval_protocol.sts import ALIGNMENT_THRESHOLD
+
+RESULT_FILES = ("train", "senteval", "mteb")
+RESULT_SCHEMA = {
+    "experiment": pl.String,
+    "kind": pl.String,  # run | baseline
+    "run_id": pl.String,
+    "method": pl.String,
+    "backbone": pl.String,
+    "seed": pl.Int64,
+    "source": pl.String,  # train | senteval | mteb
+    "task": pl.String,
+    "metric": pl.String,
+    "value": pl.Float64,
+}
+CURVE_FILES = {"steps": layout.train_steps_file, "dev": layout.dev_curve_file}
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One planned experiment and what identifies it in the tables."""
+
+    experiment: str
+    kind: str
+    method: str
+    backbone: str
+    seed: int | None
+    run_id: str | None
+    settings: dict[str, Any]  # resolved objective / temperature / train, flattened
+
+
+@dataclass
+class Collected:
+    planned: list[Planned]
+    results: pl.DataFrame
+    status: pl.DataFrame
+    curves: dict[str, dict[str, pl.DataFrame]] = field(default_factory=dict)
+    encoders: dict[str, str] = field(default_factory=dict)  # experiment -> encoder fingerprint
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def plan(params: Params) -> list[Planned]:
+    planned = [
+        Planned(
+            name,
+            "run",
+            run.method,
+            run.backbone,
+            run.seed,
+            run.run_id,
+            flatten(run.settings.model_dump(mode="json")),
+        )
+        for name, run in plan_runs(params).items()
+    ]
+    for name, baseline in plan_baselines(params).items():
+        settings = flatten(baseline.model_dump(mode="json"))
+        planned.append(Planned(name, "baseline", name, baseline.backbone, None, None, settings))
+    return planned
+
+
+def read_json(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The parsed file and 'done', or None and why not ('missing', 'unreadable: ...')."""
+    if not path.is_file():
+        return None, "missing"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return None, f"unreadable: {error}"
+    if not isinstance(data, dict):
+        return None, "unreadable: not a JSON object"
+    return data, "done"
+
+
+def train_rows(pointer: dict[str, Any]) -> list[tuple[str, str, float]]:
+    rows = [("STSBenchmark_dev", "best_spearman", pointer.get("best_dev_spearman"))]
+    rows += [("training", key, pointer.get(key)) for key in ("best_step", "steps", "wall_time_s")]
+    return [r for r in rows if isinstance(r[2], int | float)]
+
+
+def senteval_rows(result: dict[str, Any]) -> list[tuple[str, str, float]]:
+    summary = result.get("summary", {})
+    rows = [(task, "spearman", v) for task, v in summary.get("sts", {}).items()]
+    if "sts_avg" in summary:
+        rows.append(("STS_avg", "spearman", summary["sts_avg"]))
+    rows += [(task, "accuracy", v) for task, v in summary.get("transfer", {}).items()]
+    if "transfer_avg" in summary:
+        rows.append(("TR_avg", "accuracy", summary["transfer_avg"]))
+    geometry = result.get("alignment_uniformity", {})
+    rows += [
+        ("STSBenchmark_dev", k, geometry[k]) for k in ("alignment", "uniformity") if k in geometry
+    ]
+    return rows
+
+
+def mteb_rows(result: dict[str, Any]) -> list[tuple[str, str, float]]:
+    metric = "mteb_main_score"
+    rows = [(task, metric, entry["main_score"]) for task, entry in result.get("tasks", {}).items()]
+    rows += [(f"MTEB_{c}", metric, e["mean"]) for c, e in result.get("categories", {}).items()]
+    if "average" in result:
+        rows.append(("MTEB_avg", metric, result["average"]))
+    return rows
+
+
+def curve_rows(curves: dict[str, pl.DataFrame]) -> list[tuple[str, str, float]]:
+    """Means over training steps of the batch angles (SimACE Figs. 4 and 7 captions)."""
+    steps = curves.get("steps")
+    rows = []
+    for column, metric in (
+        ("batch_pos_angle_deg", "positive_angle_deg"),
+        ("batch_neg_angle_deg", "negative_angle_deg"),
+    ):
+        if steps is not None and column in steps.columns and steps[column].drop_nulls().len():
+            rows.append(("train_batch", metric, float(steps[column].drop_nulls().mean())))
+    return rows
+
+
+READERS = {"train": train_rows, "senteval": senteval_rows, "mteb": mteb_rows}
+
+
+def read_curves(experiment: str, root: Path) -> dict[str, pl.DataFrame]:
+    curves = {}
+    for kind, path_of in CURVE_FILES.items():
+        path = root / path_of(experiment)
+        if path.is_file() and path.stat().st_size > 1:
+            try:
+                curves[kind] = pl.read_csv(path, infer_schema_length=None)
+            except (OSError, pl.exceptions.PolarsError):
+                continue
+    return curves
+
+
+def collect(params: Params, root: Path = Path(".")) -> Collected:
+    """Everything finished under ``root`` for the planned experiments of ``params``."""
+    planned = plan(params)
+    rows: list[dict[str, Any]] = []
+    status: list[dict[str, Any]] = []
+    collected = Collected(planned, pl.DataFrame(schema=RESULT_SCHEMA), pl.DataFrame())
+    for entry in planned:
+        identity = {
+            "experiment": entry.experiment,
+            "kind": entry.kind,
+            "run_id": entry.run_id,
+            "method": entry.method,
+            "backbone": entry.backbone,
+            "seed": entry.seed,
+        }
+        state: dict[str, Any] = {**identity}
+        for source in RESULT_FILES:
+            if (source == "train" and entry.kind == "baseline") or (
+                source == "mteb" and not params.mteb.enabled
+            ):
+                state[source] = "n/a"
+                continue
+            data, state[source] = read_json(
+                root / layout.experiment_dir(entry.experiment) / f"{source}.json"
+            )
+            if data is None:
+                continue
+            recorded = (
+                data.get("run_id") if source == "train" else data.get("encoder", {}).get("run_id")
+            )
+            if entry.kind == "run" and recorded != entry.run_id:
+                state[source] = f"stale: run {recorded}, planned {entry.run_id}"
+                continue
+            for task, metric, value in READERS[source](data):
+                rows.append(
+                    {
+                        **identity,
+                        "source": source,
+                        "task": task,
+                        "metric": metric,
+                        "value": float(value),
+                    }
+                )
+            fingerprint = (
+                data.get("encoder", {}).get("fingerprint") if source == "senteval" else None
+            )
+            if fingerprint:
+                collected.encoders[entry.experiment] = fingerprint
+        if state.get("train") == "done":
+            curves = read_curves(entry.experiment, root)
+            collected.curves[entry.experiment] = curves
+            for task, metric, value in curve_rows(curves):
+                rows.append(
+                    {**identity, "source": "train", "task": task, "metric": metric, "value": value}
+                )
+        status.append(state)
+    collected.results = pl.DataFrame(rows, schema=RESULT_SCHEMA)
+    collected.status = pl.DataFrame(status, infer_schema_length=None)
+    return collected
+
+
+def stsb_dev_angles(
+    data_dir: Path, cache_root: Path, fingerprint: str
+) -> dict[str, np.ndarray] | None:
+    """Angles (degrees) between the final model's embeddings of STS-B dev pairs, read from the
+    SentEval stage's embedding cache: positives are the pairs with gold > 4 (SimCSE's p_pos,
+    as for alignment), negatives every first sentence with every other pair's second sentence
+    (the in-batch-negative construction). None when the data or the cache entry is absent."""
+    try:
+        task = load_task(downstream_dir(data_dir), "STSBenchmark")
+    except (OSError, ValueError):
+        return None
+    distinct = sorted(set(task.texts))
+    stored = EmbeddingCache(cache_root, fingerprint).load("STSBenchmark", distinct)
+    if stored is None or not isinstance(task, StsTask):
+        return None
+    row = {text: i for i, text in enumerate(distinct)}
+    dev = next(p for p in task.parts if p.name == "dev")
+    a = stored[[row[t] for t in dev.sent1]].astype(np.float64)
+    b = stored[[row[t] for t in dev.sent2]].astype(np.float64)
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    degrees = np.degrees(np.arccos(np.clip(a @ b.T, -1.0, 1.0)))
+    positive = np.diagonal(degrees)[dev.scores > ALIGNMENT_THRESHOLD]
+    negative = degrees[~np.eye(len(degrees), dtype=bool)]
+    return {"positive": positive, "negative": negative}

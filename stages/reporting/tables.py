@@ -1,0 +1,218 @@
+"""Seed statistics and the papers' tables: our value next to the published one.
+
+Means and standard deviations are over seeds with ddof = 1 (the sample standard deviation, as
+"mean and standard deviation across 5 runs" is usually computed); one seed has no std.
+A published cell joins our runs on (method key = params method name, backbone, task, metric);
+a published row with a sweep value (``tau=0.07``) joins only runs whose resolved settings have
+that value. Published ``std`` rows compare with our std, every other aggregation with our mean.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from stages.reporting.collect import Planned
+
+STD_DDOF = 1
+KEY = ("method", "backbone", "task", "metric")
+MISSING = "–"
+
+
+def seed_summary(results: pl.DataFrame) -> pl.DataFrame:
+    """Mean, std (ddof 1), number of seeds and the seeds, per method x backbone x task x metric."""
+    return (
+        results.group_by(*KEY, maintain_order=True)
+        .agg(
+            pl.col("value").mean().alias("mean"),
+            pl.col("value").std(ddof=STD_DDOF).alias("std"),
+            pl.len().alias("n_seeds"),
+            pl.col("seed").sort().alias("seeds"),
+        )
+        .sort(*KEY)
+    )
+
+
+def sweep_values(sweep: str | None) -> dict[str, float]:
+    """'tau=0.07;margin_deg=-10' -> {'tau': 0.07, 'margin_deg': -10.0}."""
+    values = {}
+    for part in (sweep or "").split(";"):
+        name, _, value = part.partition("=")
+        try:
+            values[name.strip()] = float(value.rstrip("%"))
+        except ValueError:
+            continue
+    return values
+
+
+def settings_match(sweep: str | None, settings: dict[str, object]) -> bool:
+    """Every swept name is a setting of the run (by its last dotted part) with that value."""
+    for name, value in sweep_values(sweep).items():
+        found = [v for k, v in settings.items() if k.rsplit(".", 1)[-1] == name]
+        if not found or not isinstance(found[0], int | float) or abs(found[0] - value) > 1e-9:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Table:
+    """A rendered table: a title, a note, column headers and rows of cell strings."""
+
+    title: str
+    note: str
+    header: list[str]
+    rows: list[list[str]]
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"
+
+
+def _normalised(label: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", label.lower())
+
+
+def paper_tables(
+    summary: pl.DataFrame,
+    published: pl.DataFrame,
+    planned: list[Planned],
+    significance: pl.DataFrame,
+) -> list[Table]:
+    """Every published table that holds a (method, backbone) of the plan, in the paper's
+    layout (rows as printed, tasks as columns); a cell reads 'ours / paper (diff)'."""
+    methods = {(p.method, p.backbone): p for p in planned if p.kind == "run"}
+    rows_of = published.filter(pl.col("method_key").is_not_null() & pl.col("value").is_not_null())
+    ours = {tuple(r[k] for k in KEY): r for r in summary.iter_rows(named=True)}
+    p_values = {
+        (r["method"], r["baseline"], r["backbone"], r["task"]): r["p_value"]
+        for r in significance.iter_rows(named=True)
+    }
+    tables = []
+    for (paper, table), part in rows_of.group_by("paper", "table", maintain_order=True):
+        part = part.filter(
+            pl.struct("method_key", "backbone").map_elements(
+                lambda r: (r["method_key"], r["backbone"]) in methods, return_dtype=pl.Boolean
+            )
+        )
+        if part.is_empty():
+            continue
+        tasks = list(dict.fromkeys(part["task"]))
+        groups = part.group_by(
+            "method",
+            "method_key",
+            "backbone",
+            "metric",
+            "aggregation",
+            "sweep",
+            maintain_order=True,
+        )
+        body = []
+        for (label, key, backbone, metric, aggregation, sweep), cells in groups:
+            planned_run = methods[(key, backbone)]
+            matched = settings_match(sweep, planned_run.settings)
+            by_task = dict(zip(cells["task"], cells["value"], strict=True))
+            row = [str(label), str(key), str(backbone), f"{metric} ({aggregation})"]
+            for task in tasks:
+                paper_value = by_task.get(task)
+                mine = None
+                if matched and metric == "p_value":
+                    other = _normalised(str(label).partition(" vs ")[2])
+                    mine = next(
+                        (
+                            p
+                            for (m, b, bb, t), p in p_values.items()
+                            if (m, bb, t) == (key, backbone, task) and _normalised(b) == other
+                        ),
+                        None,
+                    )
+                elif matched:
+                    stats = ours.get((key, backbone, task, metric))
+                    if stats is not None:
+                        mine = stats["std"] if aggregation == "std" else stats["mean"]
+                row.append(_cell(mine, paper_value, 3 if metric == "p_value" else 2))
+            body.append(row)
+        tables.append(
+            Table(
+                title=f"{paper} {table}",
+                note="cell: ours / published (ours - published); ours = mean over seeds "
+                f"(std rows: std, ddof={STD_DDOF}); {MISSING}: no finished run or no number",
+                header=["method (as printed)", "method key", "backbone", "metric", *tasks],
+                rows=body,
+            )
+        )
+    return tables
+
+
+def _cell(ours: float | None, paper: float | None, digits: int) -> str:
+    if paper is None:
+        return fmt(ours, digits)
+    if ours is None:
+        return f"{MISSING} / {paper:.{digits}f}"
+    return f"{ours:.{digits}f} / {paper:.{digits}f} ({ours - paper:+.{digits}f})"
+
+
+def results_table(summary: pl.DataFrame, source_tasks: list[str], metric: str, title: str) -> Table:
+    """Our mean ± std over seeds for every method x backbone (published or not)."""
+    part = summary.filter(pl.col("metric") == metric, pl.col("task").is_in(source_tasks))
+    tasks = [t for t in source_tasks if t in set(part["task"])]
+    rows = []
+    for (method, backbone), cells in part.group_by("method", "backbone", maintain_order=True):
+        by_task = {r["task"]: r for r in cells.iter_rows(named=True)}
+        row = [str(method), str(backbone), str(max(cells["n_seeds"]))]
+        for task in tasks:
+            r = by_task.get(task)
+            row.append(
+                MISSING
+                if r is None
+                else fmt(r["mean"]) + ("" if r["std"] is None else f" ± {fmt(r['std'])}")
+            )
+        rows.append(row)
+    return Table(
+        title,
+        f"mean ± std over seeds (ddof={STD_DDOF})",
+        ["method", "backbone", "seeds", *tasks],
+        rows,
+    )
+
+
+def status_table(status: pl.DataFrame) -> Table:
+    columns = ["experiment", "run_id", "train", "senteval", "mteb"]
+    rows = [
+        [MISSING if r[c] is None else str(r[c]) for c in columns]
+        for r in status.iter_rows(named=True)
+    ]
+    return Table("Runs", "what exists of each planned experiment", columns, rows)
+
+
+def significance_table(significance: pl.DataFrame) -> Table:
+    columns = [
+        "method",
+        "baseline",
+        "backbone",
+        "task",
+        "metric",
+        "n_pairs",
+        "mean_diff",
+        "statistic",
+        "p_value",
+        "test",
+    ]
+    rows = []
+    for r in significance.iter_rows(named=True):
+        rows.append(
+            [
+                fmt(r[c], 4)
+                if isinstance(r[c], float)
+                else (MISSING if r[c] is None else str(r[c]))
+                for c in columns
+            ]
+        )
+    return Table(
+        "Significance",
+        "paired over seeds, each method against the baseline method "
+        "on the same backbone; p-value two-sided",
+        columns,
+        rows,
+    )

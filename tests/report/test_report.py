@@ -1,0 +1,291 @@
+"""The report stage on synthetic run folders: 2 methods x 2 seeds on one backbone (one run
+missing), a third method that differs from the baseline only in tau, and one baseline."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+from scipy import stats
+
+from stages import layout
+from stages.experiments import plan_runs
+from stages.params import Params, load_params
+from stages.report import build_report
+from stages.reporting.collect import collect
+from stages.reporting.figures import detect_sweeps
+from stages.reporting.significance import significance
+from stages.reporting.tables import seed_summary
+from stages.senteval_protocol.evaluate import _summary
+from stages.senteval_protocol.sts import alignment_uniformity
+from stages.train import curve_tables
+
+REPO = Path(__file__).resolve().parents[2]
+STS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+MISSING_RUN = "simace.bert-base.s2"
+
+
+@pytest.fixture(scope="module")
+def params(tmp_path_factory: pytest.TempPathFactory) -> Params:
+    tree = yaml.safe_load((REPO / "params.yaml").read_text())
+    tree["methods"] = {
+        "simcse": {"objective": {"name": "infonce", "tau": 0.05}},
+        "simcse_hot": {"objective": {"name": "infonce", "tau": 0.1}},
+        "simace": {"objective": {"name": "simace"}},
+    }
+    tree["experiments"] = [
+        {"methods": ["simcse", "simace"], "backbones": ["bert-base"], "seeds": [1, 2]},
+        {"methods": ["simcse_hot"], "backbones": ["bert-base"], "seeds": [1]},
+    ]
+    path = tmp_path_factory.mktemp("params") / "params.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return load_params(path)
+
+
+def sts_score(method: str, seed: int, task: str) -> float:
+    """Deterministic, method- and seed-dependent scores (SimACE better than SimCSE)."""
+    base = {"simcse": 76.0, "simace": 78.0, "simcse_hot": 74.0}.get(method, 60.0)
+    return (
+        base + 0.5 * seed + 0.1 * STS.index(task) + (0.3 if seed == 2 and method == "simace" else 0)
+    )
+
+
+def senteval_result(method: str, seed: int, run_id: str | None) -> dict:
+    tasks = {}
+    for task in STS:
+        value = sts_score(method, seed, task)
+        if task in ("STSBenchmark", "SICKRelatedness"):
+            tasks[task] = {"dev": {"spearman": value}, "test": {"spearman": value}}
+        else:
+            tasks[task] = {"all": {"spearman": value}}
+    tasks["MR"] = {"acc": 80.0 + seed, "devacc": 80.0}
+    rng = np.random.default_rng(seed)
+    emb = rng.normal(size=(20, 8))
+    geometry = alignment_uniformity(emb[:10], emb[10:], np.linspace(0, 5, 10))
+    return {
+        "tasks": tasks,
+        "summary": _summary(tasks),
+        "alignment_uniformity": geometry,
+        "encoder": {"run_id": run_id, "fingerprint": f"fp-{method}-{seed}"},
+    }
+
+
+def train_log(seed: int) -> list[dict]:
+    log = []
+    for step in range(1, 21):
+        log.append(
+            {
+                "event": "train",
+                "step": step,
+                "epoch": step / 20,
+                "lr": 3e-5,
+                "tau": 0.05,
+                "loss": 2.0 / step + seed,
+                "grad_norm": 1.0,
+                "pos_cos": 0.8,
+                "batch_pos_angle_deg": 30.0 - step / 4,
+                "batch_neg_angle_deg": 85.0,
+                "batch_infonce_grad_pos": 1.0 / step,
+                "batch_infonce_grad_neg": 2.0 / step,
+                "batch_alignment": 0.3,
+                "batch_uniformity": -2.0,
+            }
+        )
+        if step % 5 == 0:
+            log.append(
+                {
+                    "event": "eval",
+                    "step": step,
+                    "spearman": 60.0 + step,
+                    "alignment": 0.4 - step / 100,
+                    "uniformity": -2.0 - step / 50,
+                    "best": True,
+                    "eval_s": 0.1,
+                }
+            )
+    return log
+
+
+def write(path: Path, data: dict | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+
+
+@pytest.fixture(scope="module")
+def project(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    for name, run in plan_runs(params).items():
+        if name == MISSING_RUN:
+            continue
+        folder = root / layout.experiment_dir(name)
+        write(
+            folder / "train.json",
+            {
+                "run_id": run.run_id,
+                "best_dev_spearman": 80.0,
+                "best_step": 20,
+                "steps": 20,
+                "wall_time_s": 5.0,
+            },
+        )
+        tables = curve_tables(train_log(run.seed))
+        write(root / layout.train_steps_file(name), tables["train"])
+        write(root / layout.dev_curve_file(name), tables["eval"])
+        write(folder / "senteval.json", senteval_result(run.method, run.seed, run.run_id))
+    write(
+        root / layout.experiment_dir("baseline.bert-base-first-last") / "senteval.json",
+        senteval_result("baseline", 0, None),
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(params: Params, project: Path) -> dict:
+    return build_report(params, project)
+
+
+def test_tidy_frame_has_one_row_per_run_task_metric(params: Params, project: Path) -> None:
+    results = collect(params, project).results
+    assert set(results.columns) >= {
+        "experiment",
+        "run_id",
+        "method",
+        "backbone",
+        "seed",
+        "task",
+        "metric",
+        "value",
+    }
+    assert results.select("experiment", "task", "metric").is_unique().all()
+    sts_avg = results.filter(task="STS_avg", metric="spearman")
+    assert sorted(sts_avg["experiment"]) == sorted(
+        [
+            "simcse.bert-base.s1",
+            "simcse.bert-base.s2",
+            "simace.bert-base.s1",
+            "simcse_hot.bert-base.s1",
+            "baseline.bert-base-first-last",
+        ]
+    )
+    row = results.filter(experiment="simace.bert-base.s1", task="STS12").row(0, named=True)
+    assert row["value"] == sts_score("simace", 1, "STS12") and row["seed"] == 1
+
+
+def test_missing_run_is_marked_not_fatal(params: Params, project: Path, built: dict) -> None:
+    status = collect(params, project).status.filter(experiment=MISSING_RUN).row(0, named=True)
+    assert status["train"] == status["senteval"] == "missing"
+    md = (project / "reports/results/report.md").read_text()
+    assert MISSING_RUN in md and "missing" in md
+    assert built["finished/senteval"] == 5 and built["planned"] == 6
+
+
+def test_seed_mean_and_std_with_ddof_1(params: Params, project: Path) -> None:
+    summary = seed_summary(collect(params, project).results)
+    row = summary.filter(method="simcse", task="STS13", metric="spearman").row(0, named=True)
+    values = [sts_score("simcse", s, "STS13") for s in (1, 2)]
+    assert row["mean"] == pytest.approx(np.mean(values))
+    assert row["std"] == pytest.approx(np.std(values, ddof=1))
+    assert row["n_seeds"] == 2
+
+
+def test_significance_equals_scipys_paired_t_test(params: Params, project: Path) -> None:
+    results = collect(params, project).results
+    tests = significance(results, "simcse")
+    row = tests.filter(method="simace", task="STS_avg", metric="spearman").row(0, named=True)
+    # simace has seed 1 only (seed 2 missing): one pair, no p-value
+    assert row["n_pairs"] == 1 and row["p_value"] is None
+    extra = results.filter(experiment="simace.bert-base.s1").with_columns(
+        seed=pl.lit(2, pl.Int64), value=pl.col("value") + 0.7
+    )
+    row = (
+        significance(pl.concat([results, extra]), "simcse")
+        .filter(method="simace", task="STS_avg")
+        .row(0, named=True)
+    )
+    ours = [sts_score("simace", 1, t) for t in STS]
+    a = [np.mean(ours), np.mean(ours) + 0.7]
+    b = [np.mean([sts_score("simcse", s, t) for t in STS]) for s in (1, 2)]
+    expected = stats.ttest_rel(a, b)
+    assert row["n_pairs"] == 2
+    assert row["p_value"] == pytest.approx(expected.pvalue)
+    assert row["statistic"] == pytest.approx(expected.statistic)
+
+
+def test_published_join_and_difference(built: dict, project: Path) -> None:
+    md = (project / "reports/results/report.md").read_text()
+    # SimACE Table 1, SimCSE-BERT_base STS12 (published 68.40): ours is the seed mean
+    ours = np.mean([sts_score("simcse", s, "STS12") for s in (1, 2)])
+    assert f"{ours:.2f} / 68.40 ({ours - 68.40:+.2f})" in md
+    assert "simace Table 1" in md and "cooldown Table 1" in md
+
+
+def test_markdown_and_html_hold_every_table_and_figure(built: dict, project: Path) -> None:
+    out = project / "reports/results"
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    pngs = sorted((out / "figures").glob("*.png"))
+    names = {p.stem for p in pngs}
+    assert {
+        "training_curves",
+        "alignment_uniformity",
+        "gradient_norms",
+        "batch_angles",
+        "temperature_sweep",
+    } <= names
+    assert all(p.stat().st_size > 1000 for p in pngs)
+    for png in pngs:
+        assert f"figures/{png.name}" in md
+    assert page.count("data:image/png;base64,") == len(pngs)
+    for title in ("### Runs", "### STS (Spearman x100)", "### Significance", "### simace Table 1"):
+        assert title in md and title.removeprefix("### ") in page
+    assert (out / "results.parquet").is_file() and (out / "results.csv").is_file()
+    assert (
+        pl.read_parquet(out / "results.parquet").height == pl.read_csv(out / "results.csv").height
+    )
+    metrics = json.loads((project / "reports/metrics.json").read_text())
+    assert math.isclose(
+        metrics["simcse_hot/bert-base/STS_avg/spearman"],
+        np.mean([sts_score("simcse_hot", 1, t) for t in STS]),
+    )
+
+
+def test_temperature_sweep_detected_from_settings_not_names(params: Params) -> None:
+    planned = collect(params, Path("/nonexistent")).planned
+    sweeps = detect_sweeps(planned, "tau")
+    assert len(sweeps) == 1
+    assert sweeps[0].parameter == "objective.tau"
+    assert sweeps[0].points == {0.05: ["simcse"], 0.1: ["simcse_hot"]}
+    assert detect_sweeps(planned, "margin") == []  # simace has a margin, but no twin
+
+
+def test_report_with_nothing_finished(params: Params, tmp_path: Path) -> None:
+    metrics = build_report(params, tmp_path)
+    assert metrics["finished/senteval"] == 0
+    assert "### Runs" in (tmp_path / "reports/results/report.md").read_text()
+
+
+def test_angle_distributions_from_the_senteval_embedding_cache(tmp_path: Path) -> None:
+    from stages.reporting.collect import stsb_dev_angles
+    from stages.reporting.figures import angle_distributions
+    from stages.senteval_protocol.cache import EmbeddingCache
+    from stages.senteval_protocol.loaders import downstream_dir, load_task
+
+    data = REPO.parent / "shared" / "data" / "senteval"
+    if not (data / "downstream").is_dir():
+        pytest.skip("no SentEval data at ../shared/data/senteval")
+    task = load_task(downstream_dir(data), "STSBenchmark")
+    distinct = sorted(set(task.texts))
+    embeddings = np.random.default_rng(0).normal(size=(len(distinct), 16)).astype(np.float32)
+    EmbeddingCache(tmp_path, "fp").store("STSBenchmark", distinct, embeddings)
+    angles = stsb_dev_angles(data, tmp_path, "fp")
+    dev = next(p for p in task.parts if p.name == "dev")
+    assert angles is not None and len(angles["positive"]) == int((dev.scores > 4).sum())
+    assert len(angles["negative"]) == len(dev.scores) * (len(dev.scores) - 1)
+    assert 80 < np.mean(angles["negative"]) < 100  # random directions: near orthogonal
+    assert stsb_dev_angles(data, tmp_path, "other") is None
+    plot = angle_distributions({"run": angles})
+    assert plot is not None and plot.name == "angle_distributions"
