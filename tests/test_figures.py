@@ -21,7 +21,7 @@ from stages.objectives.hardest_negative import MET, MPT
 from stages.params import DEFAULT_PARAMS, FiguresParams
 
 DEFAULTS = FiguresParams()  # the papers' values
-SIMULATION = p002.Simulation()
+SIMULATION = p002.Simulation.from_params(DEFAULTS)
 
 
 def grids(frame: pl.DataFrame, rows: str, columns: str) -> dict[str, np.ndarray]:

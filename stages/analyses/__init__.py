@@ -47,14 +47,7 @@ PAPER_003 = "003: On the Inadequacy of Optimizing Alignment and Uniformity in Co
 
 
 def figures(params: FiguresParams) -> list[Figure]:
-    simulation = gradient_dissipation.Simulation(
-        seed=params.seed,
-        batches=params.batches,
-        negatives=params.negatives,
-        grid_points=params.grid_points,
-        sigma_pos=params.sigma_pos,
-        sigma_neg=params.sigma_neg,
-    )
+    simulation = gradient_dissipation.Simulation.from_params(params)
     mu_axes = {"x": "mu_neg", "y": "mu_pos", "x_label": "mu_neg / pi", "y_label": "mu_pos / pi"}
     theta_axes = {
         "x": "theta_neg",

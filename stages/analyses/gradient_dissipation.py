@@ -31,6 +31,7 @@ from stages.objectives import diagnostics
 from stages.objectives.arccse import ArcCon
 from stages.objectives.hardest_negative import MET, MPT
 from stages.objectives.infonce import InfoNCE
+from stages.params import FiguresParams
 
 MU_POS_RANGE = (math.pi / 20, math.pi / 2)
 MU_NEG_RANGE = (math.pi / 20, math.pi)
@@ -42,12 +43,23 @@ GD_OCCURS = 0.01
 class Simulation:
     """The sampling of Section 3.1 (the paper's values are the figures params' defaults)."""
 
-    seed: int = 0
-    batches: int = 1000
-    negatives: int = 127
-    grid_points: int = 100
-    sigma_pos: float = 0.05
-    sigma_neg: float = 0.10
+    seed: int
+    batches: int
+    negatives: int
+    grid_points: int
+    sigma_pos: float
+    sigma_neg: float
+
+    @classmethod
+    def from_params(cls, params: FiguresParams) -> Simulation:
+        return cls(
+            seed=params.seed,
+            batches=params.batches,
+            negatives=params.negatives,
+            grid_points=params.grid_points,
+            sigma_pos=params.sigma_pos,
+            sigma_neg=params.sigma_neg,
+        )
 
     def mu_pos(self) -> np.ndarray:
         return np.linspace(*MU_POS_RANGE, self.grid_points)
