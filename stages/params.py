@@ -222,6 +222,45 @@ class ReportParams(Section):
     )
 
 
+class FiguresParams(Section):
+    """The analyses that need no training (stage: figures). The objectives' hyperparameters are
+    their own defaults (the papers' values); these are the simulations' settings."""
+
+    seed: NonNegativeInt = Field(0, description="seeds paper 002's simulated angles")
+    batches: PositiveInt = Field(1000, description="paper 002: simulated batches per mu pair")
+    negatives: PositiveInt = Field(127, description="paper 002: negative angles per batch")
+    grid_points: Annotated[int, Field(ge=2)] = Field(
+        100, description="paper 002: mu_pos and mu_neg values (linspace, endpoints included)"
+    )
+    sigma_pos: PositiveFloat = Field(0.05, description="paper 002: std of theta_ii' (radians)")
+    sigma_neg: PositiveFloat = Field(0.10, description="paper 002: std of theta_ij' (radians)")
+    weight_mu_pos_deg: Annotated[float, Field(gt=0, lt=180)] = Field(
+        30.0, description="paper 002 Fig. 3: the fixed mu_pos (pi/6; the released code: 0.5 rad)"
+    )
+    weight_temperatures: tuple[PositiveFloat, ...] = Field(
+        (0.3, 0.1, 0.05, 0.03, 0.01, 0.005),
+        min_length=1,
+        description="paper 002 Fig. 3: one curve per temperature (the released code's list)",
+    )
+    weight_min_gd: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.01, description="paper 002 Fig. 3: keep batches whose InfoNCE GD is at least this [C]"
+    )
+    heatmap_points: Annotated[int, Field(ge=2)] = Field(
+        91, description="paper 003: angles per axis over [0, pi] (91: two degrees apart)"
+    )
+    negative_counts: tuple[PositiveInt, ...] = Field(
+        (64, 256, 1024, 4096),
+        min_length=1,
+        description="paper 003 Fig. 2a: L_cl's negative counts; the first is every other panel's",
+    )
+    curve_theta_neg_deg: Annotated[float, Field(gt=0, lt=180)] = Field(
+        90.0, description="paper 003 curves: the fixed theta_ij' of the positive-part curves"
+    )
+    curve_theta_pos_deg: Annotated[float, Field(gt=0, lt=180)] = Field(
+        30.0, description="paper 003 curves: the fixed theta_ii' of the negative-part curves"
+    )
+
+
 class RandomInit(Section):
     """A randomly initialised encoder of the backbone's architecture (tests, timing)."""
 
@@ -310,6 +349,7 @@ class Params(Section):
     senteval: SentEvalParams = SentEvalParams()
     mteb: MtebParams = MtebParams()
     report: ReportParams = ReportParams()
+    figures: FiguresParams = FiguresParams()
     backbones: dict[Key, BackboneParams] = Field(min_length=1)
     methods: dict[Key, MethodParams] = Field(min_length=1)
     experiments: tuple[ExperimentGroup, ...] = Field(min_length=1)

@@ -7,8 +7,9 @@
 - Closed forms on angles, for heat-maps and simulations (numpy arrays or torch tensors in, the
   same kind out; negatives on the last axis): Nie et al. B.3's per-anchor gradient norms of every
   loss (alignment part w.r.t. the positive, uniformity part per negative), and paper 002's
-  Table 1 paradigm components (GD, W, R) of InfoNCE, ArcCon, MPT and MET, plus the hardest
-  negative's share of the exponential weight (its Fig. 3).
+  Table 1 paradigm components (GD, W, R) of InfoNCE, ArcCon, MPT and MET (and their GD alone,
+  for heat-maps that broadcast anchors against negatives), plus the hardest negative's share of
+  the exponential weight (its Fig. 3).
 
 Closed-form norms are ||grad|| * ||h_i|| (the 1/||h_i|| of the normalization is dropped, as in
 the paper's figures). ``repeat`` lets one negative angle stand for that many identical negatives
@@ -252,10 +253,12 @@ def uniform_negative_norms(theta_neg: Array, t: float) -> Array:
 
 
 @_numpy_or_torch
-def dcl_negative_norms(theta_neg: Array, tau: float) -> Array:
+def dcl_negative_norms(theta_neg: Array, tau: float, repeat: int = 1) -> Array:
     """(1/tau) e^{cos theta_ij'/tau} sin theta_ij' / sum_k e^{cos theta_ik'/tau}."""
     theta_neg = _as_tensor(theta_neg)
-    return torch.softmax(torch.cos(theta_neg) / tau, dim=-1) * torch.sin(theta_neg) / tau
+    log_neg = torch.cos(theta_neg) / tau
+    log_negs = log_neg.logsumexp(-1, keepdim=True) + math.log(repeat)
+    return (log_neg - log_negs).exp() * torch.sin(theta_neg) / tau
 
 
 @_numpy_or_torch
@@ -264,7 +267,7 @@ def dcl_plus_negative_norms(
 ) -> Array:
     """As DCL where L_dcl > 0, else 0."""
     active = dcl_active(theta_pos, theta_neg, tau, repeat)
-    return active[..., None] * dcl_negative_norms(theta_neg, tau)
+    return active[..., None] * dcl_negative_norms(theta_neg, tau, repeat)
 
 
 @_numpy_or_torch
@@ -303,27 +306,44 @@ class ParadigmComponents(NamedTuple):
 
 
 @_numpy_or_torch
+def infonce_gd(theta_pos: Array, theta_neg: Array, tau: float, repeat: int = 1) -> Array:
+    """GD = 1 / (1 + e^{cos theta_ii'/tau} / sum_k e^{cos theta_ik'/tau}) alone: it needs no
+    tensor of the negatives' shape, so heat-maps can broadcast anchors against negatives."""
+    theta_pos, theta_neg = _as_tensor(theta_pos), _as_tensor(theta_neg)
+    log_pos, _, log_negs = _softmax_parts(theta_pos, theta_neg, tau, repeat)
+    return torch.sigmoid(log_negs - log_pos)
+
+
+@_numpy_or_torch
+def arccon_gd(
+    theta_pos: Array, theta_neg: Array, tau: float, margin: float, repeat: int = 1
+) -> Array:
+    """InfoNCE's GD with the positive angle theta_ii' + u (u in radians)."""
+    return infonce_gd(_as_tensor(theta_pos) + margin, theta_neg, tau, repeat)
+
+
+@_numpy_or_torch
 def infonce_components(
     theta_pos: Array, theta_neg: Array, tau: float, repeat: int = 1
 ) -> ParadigmComponents:
-    """GD = 1 / (1 + e^{cos theta_ii'/tau} / sum_k e^{cos theta_ik'/tau}),
-    W_j = e^{cos theta_ij'/tau} / (tau sum_k e^{cos theta_ik'/tau}), R = 1."""
+    """GD = infonce_gd, W_j = e^{cos theta_ij'/tau} / (tau sum_k e^{cos theta_ik'/tau}), R = 1."""
     theta_pos, theta_neg = _as_tensor(theta_pos), _as_tensor(theta_neg)
-    log_pos, log_neg, log_negs = _softmax_parts(theta_pos, theta_neg, tau, repeat)
+    _, log_neg, log_negs = _softmax_parts(theta_pos, theta_neg, tau, repeat)
     weight = (log_neg - log_negs[..., None]).exp() / tau
-    return ParadigmComponents(torch.sigmoid(log_negs - log_pos), weight, torch.ones_like(weight))
+    gd = infonce_gd(theta_pos, theta_neg, tau, repeat)
+    return ParadigmComponents(gd, weight, torch.ones_like(weight))
 
 
 @_numpy_or_torch
 def arccon_components(
     theta_pos: Array, theta_neg: Array, tau: float, margin: float, repeat: int = 1
 ) -> ParadigmComponents:
-    """As InfoNCE with the positive angle theta_ii' + u in GD, and R = sin(theta_ii' + u) /
-    sin theta_ii' (u in radians)."""
+    """GD = arccon_gd, W as InfoNCE's, and R = sin(theta_ii' + u) / sin theta_ii'."""
     theta_pos, theta_neg = _as_tensor(theta_pos), _as_tensor(theta_neg)
-    gd, weight, _ = infonce_components(theta_pos + margin, theta_neg, tau, repeat)
+    _, weight, _ = infonce_components(theta_pos, theta_neg, tau, repeat)
+    gd = arccon_gd(theta_pos, theta_neg, tau, margin, repeat)
     ratio = (torch.sin(theta_pos + margin) / torch.sin(theta_pos))[..., None]
-    return ParadigmComponents(gd, weight, ratio.expand_as(weight))
+    return ParadigmComponents(gd, weight, torch.broadcast_tensors(ratio, weight)[0])
 
 
 @_numpy_or_torch

@@ -71,6 +71,26 @@ def test_repeat_stands_for_identical_negatives():
     repeated = diagnostics.cl_positive_norm(theta_pos, theta_neg, 0.05, repeat=63)
     explicit = diagnostics.cl_positive_norm(theta_pos, np.repeat(theta_neg, 63, axis=1), 0.05)
     np.testing.assert_allclose(repeated, explicit, rtol=1e-12)
+    for per_negative in (diagnostics.dcl_plus_negative_norms, diagnostics.cl_negative_norms):
+        repeated = per_negative(theta_pos, theta_neg, 0.17, repeat=63)
+        explicit = per_negative(theta_pos, np.repeat(theta_neg, 63, axis=1), 0.17)
+        np.testing.assert_allclose(repeated, explicit[:, :1], rtol=1e-12)
+
+
+def test_gd_alone_is_the_components_gd_and_broadcasts():
+    """infonce_gd / arccon_gd are the GD of the (autograd-checked) components; anchors of shape
+    (P, 1, B) against negatives (1, M, B, K) give a (P, M, B) grid (paper 002 Fig. 2)."""
+    theta_pos, theta_neg = np.array([0.3, 0.9, 1.4]), np.array([[0.5, 1.0], [1.1, 1.3], [0.8, 2]])
+    for gd, components, extra in (
+        (diagnostics.infonce_gd, diagnostics.infonce_components, ()),
+        (diagnostics.arccon_gd, diagnostics.arccon_components, (np.pi / 18,)),
+    ):
+        expected = components(theta_pos, theta_neg, 0.05, *extra).gd
+        np.testing.assert_array_equal(gd(theta_pos, theta_neg, 0.05, *extra), expected)
+        grid = gd(theta_pos[:, None, None], theta_neg.T[None, :, None, :], 0.05, *extra)
+        assert grid.shape == (3, 2, 1)
+        single = gd(theta_pos[2], theta_neg.T[1], 0.05, *extra)
+        assert grid[2, 1, 0] == single
 
 
 def test_gradient_dissipation_region_shrinks_with_more_negatives():

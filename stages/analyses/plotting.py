@@ -1,0 +1,111 @@
+"""Matplotlib (Agg) renderings of the analyses' tidy frames; the frames, not the pixels, are what
+the tests check."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import polars as pl
+
+PANEL_SIZE = (3.2, 2.7)
+
+
+def _grid(frame: pl.DataFrame, y: str, x: str, column: str) -> np.ndarray:
+    ys, xs = frame[y].unique(maintain_order=True), frame[x].unique(maintain_order=True)
+    return frame[column].to_numpy().reshape(len(ys), len(xs))
+
+
+def heatmaps(
+    frame: pl.DataFrame,
+    path: Path,
+    *,
+    x: str,
+    y: str,
+    x_label: str,
+    y_label: str,
+    columns: int = 4,
+    value_range: tuple[float, float] | None = None,
+    shade: str | None = None,
+) -> None:
+    """One heat-map per panel (rows y, columns x, both in units of pi); ``shade`` names a bool
+    column whose False cells are greyed out."""
+    panels = frame["panel"].unique(maintain_order=True).to_list()
+    rows = math.ceil(len(panels) / columns)
+    width = min(columns, len(panels))
+    fig, axes = plt.subplots(
+        rows,
+        width,
+        figsize=(PANEL_SIZE[0] * width, PANEL_SIZE[1] * rows),
+        squeeze=False,
+        constrained_layout=True,
+    )
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        part = frame.filter(pl.col("panel") == panel)
+        xs = part[x].unique(maintain_order=True).to_numpy() / math.pi
+        ys = part[y].unique(maintain_order=True).to_numpy() / math.pi
+        vmin, vmax = value_range or (None, None)
+        mesh = ax.pcolormesh(
+            xs, ys, _grid(part, y, x, "value"), shading="auto", cmap="viridis", vmin=vmin,
+            vmax=vmax,
+        )  # fmt: skip
+        if shade:
+            hidden = ~_grid(part, y, x, shade).astype(bool)
+            ax.pcolormesh(
+                xs, ys, np.ma.masked_where(~hidden, hidden.astype(float)), shading="auto",
+                cmap="Greys", vmin=0, vmax=2.5, alpha=0.55,
+            )  # fmt: skip
+        fig.colorbar(mesh, ax=ax)
+        ax.set_title(panel, fontsize=8)
+        ax.set_xlabel(x_label, fontsize=8)
+        ax.set_ylabel(y_label, fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_axis_off()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def share_curves(frame: pl.DataFrame, path: Path) -> None:
+    """Paper 002 Fig. 3: the hardest negative's share against mu_neg, one line per tau."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
+    for (tau,), part in frame.group_by("temperature", maintain_order=True):
+        ax.plot(part["mu_neg"] / math.pi, part["value"], label=f"tau = {tau:g}")
+    ax.set_xlabel("mu_neg / pi")
+    ax.set_ylabel("mean share of the hardest negative")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def norm_curves(frame: pl.DataFrame, path: Path, fixed: dict[str, str]) -> None:
+    """Closed-form lines with autograd markers, one panel per part (positive, negative)."""
+    parts = frame["part"].unique(maintain_order=True).to_list()
+    fig, axes = plt.subplots(
+        1, len(parts), figsize=(5.5 * len(parts), 3.8), squeeze=False, constrained_layout=True
+    )
+    for ax, part in zip(axes.flat, parts, strict=True):
+        rows = frame.filter(pl.col("part") == part)
+        lines = rows.filter(pl.col("source") == "closed form")
+        for (series,), line in lines.group_by("series", maintain_order=True):
+            (drawn,) = ax.semilogy(line["angle"] / math.pi, line["value"], label=series)
+            dots = rows.filter((pl.col("source") == "autograd") & (pl.col("series") == series))
+            if len(dots):
+                ax.semilogy(
+                    dots["angle"] / math.pi, dots["value"], "o", color=drawn.get_color(),
+                    markerfacecolor="none",
+                )  # fmt: skip
+        ax.set_xlabel(("theta_ii'" if part == "positive" else "theta_ij'") + " / pi")
+        ax.set_ylabel(f"||grad^{'pos' if part == 'positive' else 'neg_j'}|| * ||h_i||")
+        ax.set_title(f"{part} part, {fixed[part]} (circles: autograd)", fontsize=9)
+        ax.set_ylim(1e-6, None)
+        ax.legend(fontsize=7)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

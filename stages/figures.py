@@ -1,0 +1,47 @@
+"""Stage `figures`: the papers' analyses that need no training (paper 002's Section 3.1
+simulations, paper 003's gradient norms against the angles), from the objectives module.
+
+    python -m stages.figures [--params params.yaml] [--out reports/analyses]
+
+Reads the ``figures`` section of params; writes <out>/<figure>.png, <figure>.csv for every figure
+and index.json (title, paper, the paper's figure number, caption, files, the params used). The
+folder is replaced as a whole, atomically. Seeded and float64: the CSVs are identical run to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from stages.analyses import figures
+from stages.atomic import atomic_path, write_json
+from stages.cli import parser, run
+from stages.params import FiguresParams, load_params
+
+DEFAULT_OUT = Path("reports/analyses")
+
+
+def write_figures(params: FiguresParams, out: Path) -> list[str]:
+    """Compute and render every figure into ``out``; returns the figure names."""
+    entries = []
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        for figure in figures(params):
+            figure.data.write_csv(tmp / f"{figure.name}.csv", float_precision=12)
+            figure.render(figure.data, tmp / f"{figure.name}.png")
+            entries.append(figure.entry())
+        write_json(tmp / "index.json", {"figures": entries, "params": params.model_dump()})
+    return [entry["name"] for entry in entries]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
+    args = p.parse_args(argv)
+    params = load_params(args.params).figures
+    names = write_figures(params, args.out)
+    print(f"wrote {len(names)} figures to {args.out}: {', '.join(names)}")
+
+
+if __name__ == "__main__":
+    run(main)
