@@ -26,6 +26,7 @@ localrules:
     download_corpus,
     download_senteval,
     download_sts_raw,
+    figures,
     report,
 
 

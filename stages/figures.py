@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from stages import layout
 from stages.analyses import figures
 from stages.atomic import atomic_path, write_json
 from stages.cli import parser, run
 from stages.params import FiguresParams, load_params
 
-DEFAULT_OUT = Path("reports/analyses")
+DEFAULT_OUT = layout.analyses_dir()
 
 
 def write_figures(params: FiguresParams, out: Path) -> list[str]:

@@ -63,3 +63,8 @@ def report_metrics_file() -> Path:
     """The report's flat summary for ``dvc metrics show``; beside reports/results/, because DVC
     cannot track a file inside a tracked folder."""
     return REPORTS / "metrics.json"
+
+
+def analyses_dir() -> Path:
+    """The figures stage's output: the papers' analyses that need no training (PNG + CSV)."""
+    return REPORTS / "analyses"

@@ -138,10 +138,16 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
             )  # fmt: skip
             results.append(out)
 
+    analyses = str(layout.analyses_dir())
+    jobs.append(
+        Job("figures", None, f"python -m stages.figures --out {analyses}{p}",
+            params=("figures",), outs=(analyses,), dirs=frozenset({analyses}))
+    )  # fmt: skip
     pointers = [o for j in jobs if j.stage == "train" for o in j.metrics]
     jobs.append(
         Job("report", None, f"python -m stages.report{p}",
-            deps=tuple(pointers + curves + results), params=("report", "senteval.data_dir"),
+            deps=(*pointers, *curves, *results, analyses),
+            params=("report", "senteval.data_dir"),
             outs=(str(layout.REPORTS / "results"),),
             dirs=frozenset({str(layout.REPORTS / "results")}),
             metrics=(str(layout.report_metrics_file()),))

@@ -34,7 +34,7 @@ from stages.reporting.tables import (
     status_table,
 )
 
-ANALYSES = layout.REPORTS / "analyses"  # the figures stage's PNGs, embedded when present
+ANALYSES = layout.analyses_dir()  # the figures stage's PNGs, embedded when present
 EMBEDDING_CACHE = Path("cache/embeddings")
 STS_TASKS = [
     "STS12",

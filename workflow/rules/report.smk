@@ -8,3 +8,12 @@ rule report:
         **job_rule_params("report"),
     shell:
         "{params.cmd}"
+
+
+rule figures:
+    output:
+        directory("reports/analyses"),
+    params:
+        **job_rule_params("figures"),
+    shell:
+        "{params.cmd}"
