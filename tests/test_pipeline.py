@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+from project_copy import project_copy
 
-from stages.params import load_params
-from stages.pipeline import build_jobs, check_dvc_yaml, dvc_yaml
+from stages.pipeline import build_jobs, check_dvc_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 WIDE_MATRIX = {
@@ -36,21 +35,6 @@ WIDE_MATRIX = {
 }
 
 Shape = dict[tuple[str, ...], tuple[str, tuple[str, ...], tuple[str, ...]]]
-
-
-def project_copy(tmp_path: Path, params: dict[str, Any] | None) -> Path:
-    """The workflow files of the repo in a temp dir, with the given params.yaml."""
-    root = tmp_path / "project"
-    root.mkdir()
-    for name in ("Snakefile", "params.yaml", "dvc.yaml", ".dvcignore"):
-        shutil.copy(REPO / name, root / name)
-    for name in ("workflow", "stages", ".dvc"):
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    if params is not None:
-        (root / "params.yaml").write_text(yaml.safe_dump(params))
-        (root / "dvc.yaml").write_text(dvc_yaml(build_jobs(load_params(root / "params.yaml"))))
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    return root
 
 
 def snakemake_shape(root: Path) -> Shape:

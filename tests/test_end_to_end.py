@@ -1,0 +1,133 @@
+"""The whole pipeline, offline on CPU, under both orchestrators: download (local source) ->
+triplets -> train -> SentEval -> MTEB -> figures -> report; a rerun does nothing, and both
+tools produce the same numbers from the same params.
+
+The CI test runs a cut-down smoke preset (SimCSE and ArcCSE, one seed, STS-B); the slow test
+runs presets/smoke.yaml as committed (every objective family, two seeds for two methods) and
+checks that the report holds every table and figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+import yaml
+from project_copy import REPO, project_copy
+
+SMOKE = REPO / "presets" / "smoke.yaml"
+CI_EXPERIMENTS = ["simcse.tiny-bert.s42", "arccse.tiny-bert.s42"]
+
+
+def shared_data() -> Path:
+    path = Path(os.environ.get("CSE_DATA_DIR", REPO.parent / "shared" / "data"))
+    if not (path / "senteval" / "downstream").is_dir():
+        pytest.skip(f"no local data at {path} (set CSE_DATA_DIR)")
+    return path
+
+
+def ci_params() -> dict[str, Any]:
+    params = yaml.safe_load(SMOKE.read_text())
+    params["experiments"] = [
+        {"methods": ["simcse", "arccse"], "backbones": ["tiny-bert"], "seeds": [42]}
+    ]
+    params["senteval"]["tasks"] = ["STSBenchmark"]
+    return params
+
+
+def run(args: list[str], root: Path) -> str:
+    env = {**os.environ, "CSE_DATA_DIR": str(shared_data()), "HF_HUB_OFFLINE": "1"}
+    env.pop("CSE_RUNS_DIR", None)
+    result = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{output[-6000:]}"
+    return output
+
+
+def snakemake(root: Path, *extra: str) -> str:
+    return run(["snakemake", "--cores", "1", "--resources", "gpu=1", *extra], root)
+
+
+def dvc_repro(root: Path) -> str:
+    return run(["dvc", "repro"], root)
+
+
+def senteval_scores(root: Path, experiment: str) -> dict[str, Any]:
+    result = json.loads((root / "experiments" / experiment / "senteval.json").read_text())
+    return {"tasks": result["tasks"], "summary": result["summary"]}
+
+
+def run_ids(root: Path, experiments: list[str]) -> dict[str, str]:
+    return {
+        name: json.loads((root / "experiments" / name / "train.json").read_text())["run_id"]
+        for name in experiments
+    }
+
+
+def check_report(root: Path, experiments: list[str]) -> pl.DataFrame:
+    results = root / "reports" / "results"
+    for name in ("report.md", "report.html", "results.parquet", "results.csv"):
+        assert (results / name).stat().st_size > 0, name
+    tidy = pl.read_parquet(results / "results.parquet")
+    assert set(experiments) <= set(tidy["experiment"].unique())
+    analyses = sorted(p.name for p in (root / "reports" / "analyses").glob("*.png"))
+    assert analyses
+    html = (results / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= len(analyses) + 1
+    return tidy
+
+
+def test_both_orchestrators_run_the_pipeline_and_reruns_do_nothing(tmp_path: Path) -> None:
+    params = ci_params()
+    by_snakemake = project_copy(tmp_path / "snakemake", params)
+    by_dvc = project_copy(tmp_path / "dvc", params)
+
+    snakemake(by_snakemake)
+    assert "Nothing to be done" in snakemake(by_snakemake)
+    check_report(by_snakemake, CI_EXPERIMENTS)
+    triplets = pl.read_parquet(by_snakemake / "data" / "triplets" / "tiny-bert.parquet")
+    assert triplets.height > 0
+
+    dvc_repro(by_dvc)
+    rerun = dvc_repro(by_dvc)
+    assert "Running stage" not in rerun and "up to date" in rerun
+    check_report(by_dvc, CI_EXPERIMENTS)
+
+    # Same params -> same run ids and, on CPU, the very same numbers from either tool.
+    assert run_ids(by_snakemake, CI_EXPERIMENTS) == run_ids(by_dvc, CI_EXPERIMENTS)
+    for name in CI_EXPERIMENTS:
+        assert senteval_scores(by_snakemake, name) == senteval_scores(by_dvc, name)
+
+
+@pytest.mark.slow
+def test_smoke_preset_yields_every_table_and_figure_under_both_orchestrators(
+    tmp_path: Path,
+) -> None:
+    preset = "presets/smoke.yaml"
+    experiments = [f"{m}.tiny-bert.s{s}" for m in ("simcse", "arccon") for s in (42, 43)] + [
+        f"{m}.tiny-bert.s42"
+        for m in ("arccse", "simace", "tcc", "align_uniform", "mat", "barlow_twins_modified")
+    ]
+    by_snakemake = project_copy(tmp_path / "snakemake", None)
+    snakemake(by_snakemake, "--config", f"params={preset}")
+    assert "Nothing to be done" in snakemake(by_snakemake, "--config", f"params={preset}")
+    tidy = check_report(by_snakemake, experiments)
+    assert {"senteval", "mteb"} <= set(tidy["source"].unique())
+
+    report = (by_snakemake / "reports" / "results" / "report.md").read_text()
+    figures = sorted((by_snakemake / "reports" / "results" / "figures").glob("*.png"))
+    assert figures and all(f"figures/{f.name}" in report for f in figures)
+    significance = pl.read_csv(by_snakemake / "reports" / "results" / "significance.csv")
+    assert "arccon" in significance["method"].to_list()
+
+    by_dvc = project_copy(tmp_path / "dvc", None)
+    run(["python", "-m", "stages.pipeline", "dvc", "--params", preset], by_dvc)
+    dvc_repro(by_dvc)
+    assert "Running stage" not in dvc_repro(by_dvc)
+    check_report(by_dvc, experiments)
+    assert run_ids(by_snakemake, experiments) == run_ids(by_dvc, experiments)
