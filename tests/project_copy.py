@@ -21,7 +21,7 @@ def project_copy(tmp_path: Path, params: dict[str, Any] | None) -> Path:
     """The workflow files of the repo in a temp git repository, with ``params`` as its
     params.yaml (and the dvc.yaml generated from it) when given."""
     root = tmp_path / "project"
-    root.mkdir()
+    root.mkdir(parents=True)
     for name in FILES:
         shutil.copy(REPO / name, root / name)
     for name in FOLDERS:

@@ -37,6 +37,7 @@ def ci_params() -> dict[str, Any]:
         {"methods": ["simcse", "arccse"], "backbones": ["tiny-bert"], "seeds": [42]}
     ]
     params["senteval"]["tasks"] = ["STSBenchmark"]
+    params["figures"]["batches"] = 50  # the simulation's shape, in a second
     return params
 
 

@@ -47,10 +47,26 @@ def presets() -> dict[str, Params]:
     return {paper: load_params(REPO / path) for paper, path in PRESETS.items()}
 
 
+SMOKE = "presets/smoke.yaml"  # not a paper's: every objective family on a tiny model, on CPU
+
+
 def test_every_preset_file_is_listed() -> None:
     assert sorted(p.name for p in (REPO / "presets").glob("*.yaml")) == sorted(
-        Path(p).name for p in PRESETS.values()
+        Path(p).name for p in [*PRESETS.values(), SMOKE]
     )
+
+
+@pytest.mark.parametrize("path", ["params.yaml", *PRESETS.values(), SMOKE])
+def test_every_key_dvc_tracks_is_spelled_out(path: str) -> None:
+    """DVC reads tracked params from the file itself, so a key left to its schema default
+    would stop `dvc repro` ("Parameters ... are missing")."""
+    raw = yaml.safe_load((REPO / path).read_text())
+    for job in pipeline.build_jobs(load_params(REPO / path), path):
+        for key in job.params:
+            node = raw
+            for part in key.split("."):
+                assert isinstance(node, dict) and part in node, f"{path}: {key} ({job.name})"
+                node = node[part]
 
 
 @pytest.mark.parametrize("paper", PRESETS)
