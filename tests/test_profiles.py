@@ -69,7 +69,9 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
             assert dry["resources"]["mem_mb"] == "32000"
             assert dry["resources"]["cpus_per_task"] == "8"
             assert dry["resources"]["runtime"] == str(job_limit_minutes(params, job))
-            assert dry["shell"] == f"python -m stages.gpu_slot --gpus 1 -- {job.cmd}"
+            # the caller's thread settings, then the GPU slot (see workflow/rules/common.smk)
+            assert dry["shell"].startswith("env ")
+            assert dry["shell"].endswith(f" python -m stages.gpu_slot --gpus 1 -- {job.cmd}")
         else:
             assert dry["resources"]["runtime"] == "60"
             assert "gpu" not in dry["resources"]

@@ -1,5 +1,7 @@
 # The jobs of stages.pipeline, keyed by (stage, key); every rule looks its job up here, so the
 # commands, inputs and tracked params are exactly those of dvc.yaml.
+import os
+import shlex
 import sys
 
 sys.path.insert(0, workflow.basedir)
@@ -49,6 +51,16 @@ def job_runtime(stage, wildcard):
     return lambda wildcards, attempt: job_limit_minutes(PARAMS, find(wildcards), attempt)
 
 
+# Snakemake sets OMP_NUM_THREADS and the BLAS thread variables of every job to the rule's
+# threads (1 under --cores 1). GPU jobs get the caller's own values back: on a CPU-only machine
+# a run then uses every core, as under DVC, and computes the very same floating-point sums.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
+CALLER_THREADS = "env " + " ".join(
+    [f"-u {name}" for name in THREAD_VARIABLES if name not in os.environ]
+    + [f"{name}={shlex.quote(os.environ[name])}" for name in THREAD_VARIABLES if name in os.environ]
+)
+
 # GPU jobs run through stages.gpu_slot: on a machine with several GPUs each job gets devices of
 # its own (Snakemake only counts them); under SLURM, or with one GPU, the command runs as is.
-GPU_SHELL = "python -m stages.gpu_slot --gpus {resources.gpu} -- {params.cmd}"
+GPU_SHELL = CALLER_THREADS + " python -m stages.gpu_slot --gpus {resources.gpu} -- {params.cmd}"
