@@ -13,7 +13,7 @@ from stages.params import load_params
 from stages.pipeline import build_jobs, dvc_yaml
 
 REPO = Path(__file__).resolve().parents[1]
-FILES = ("Snakefile", "params.yaml", "dvc.yaml", ".dvcignore")
+FILES = ("Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore")
 FOLDERS = ("workflow", "stages", ".dvc", "presets")
 
 

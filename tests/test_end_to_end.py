@@ -9,6 +9,8 @@ checks that the report holds every table and figure.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -98,11 +100,34 @@ def test_both_orchestrators_run_the_pipeline_and_reruns_do_nothing(tmp_path: Pat
     rerun = dvc_repro(by_dvc)
     assert "Running stage" not in rerun and "up to date" in rerun
     check_report(by_dvc, CI_EXPERIMENTS)
+    check_dvc_experiment(by_dvc)
 
     # Same params -> same run ids and, on CPU, the very same numbers from either tool.
     assert run_ids(by_snakemake, CI_EXPERIMENTS) == run_ids(by_dvc, CI_EXPERIMENTS)
     for name in CI_EXPERIMENTS:
         assert senteval_scores(by_snakemake, name) == senteval_scores(by_dvc, name)
+
+
+def check_dvc_experiment(root: Path) -> None:
+    """`dvc exp run -S` retrains only what the changed key reaches; `dvc exp show` lists both."""
+    run(["git", "add", "-A"], root)
+    run(
+        ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost", "commit", "-qm", "base"],
+        root,
+    )
+    key = "methods.simcse.objective.tau"
+    output = run(["dvc", "exp", "run", "-S", f"{key}=0.1"], root)
+    assert "Running stage 'train.simcse.tiny-bert.s42'" in output
+    assert "Stage 'train.arccse.tiny-bert.s42' didn't change" in output
+    metric = "experiments/simcse.tiny-bert.s42/train.json:best_dev_spearman"
+    table = run(["dvc", "exp", "show", "--csv", "--keep", f"{key}|{metric}", "--drop", ".*"], root)
+    rows = list(csv.DictReader(io.StringIO(table)))
+    by_tau: dict[str, set[str]] = {}
+    for row in rows:
+        by_tau.setdefault(row[key], set()).add(row[metric])
+    assert set(by_tau) == {"0.05", "0.1"}
+    assert all(value not in {"", "!"} for values in by_tau.values() for value in values)
+    assert by_tau["0.05"].isdisjoint(by_tau["0.1"])
 
 
 @pytest.mark.slow

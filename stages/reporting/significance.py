@@ -44,11 +44,19 @@ def paired_test(a: list[float], b: list[float], test: Test) -> tuple[float | Non
     return (statistic if math.isfinite(statistic) else None), (p if math.isfinite(p) else None)
 
 
+EVALUATION_SOURCES = ("senteval", "mteb")
+
+
 def significance(
     results: pl.DataFrame, baseline: str | None, test: Test = "paired_t"
 ) -> pl.DataFrame:
     """One row per method x backbone x task x metric that the baseline method also has."""
-    runs = results.filter(pl.col("kind") == "run", pl.col("seed").is_not_null())
+    # evaluation results only: training bookkeeping (wall time, best step) is not a finding
+    runs = results.filter(
+        pl.col("kind") == "run",
+        pl.col("seed").is_not_null(),
+        pl.col("source").is_in(EVALUATION_SOURCES),
+    )
     if baseline is None or runs.is_empty():
         return pl.DataFrame(schema=SCHEMA)
     base = runs.filter(pl.col("method") == baseline).select(

@@ -80,9 +80,11 @@ def paper_tables(
     planned: list[Planned],
     significance: pl.DataFrame,
 ) -> list[Table]:
-    """Every published table that holds a (method, backbone) of the plan, in the paper's
-    layout (rows as printed, tasks as columns); a cell reads 'ours / paper (diff)'."""
+    """Every published table that holds a method of the plan, in the paper's layout (rows as
+    printed, on every backbone the paper prints, tasks as columns); a cell reads
+    'ours / paper (diff)', and ours is missing where the plan does not run that backbone."""
     methods = {(p.method, p.backbone): p for p in planned if p.kind == "run"}
+    method_keys = {method for method, _ in methods}
     rows_of = published.filter(pl.col("method_key").is_not_null() & pl.col("value").is_not_null())
     ours = {tuple(r[k] for k in KEY): r for r in summary.iter_rows(named=True)}
     p_values = {
@@ -91,11 +93,7 @@ def paper_tables(
     }
     tables = []
     for (paper, table), part in rows_of.group_by("paper", "table", maintain_order=True):
-        part = part.filter(
-            pl.struct("method_key", "backbone").map_elements(
-                lambda r: (r["method_key"], r["backbone"]) in methods, return_dtype=pl.Boolean
-            )
-        )
+        part = part.filter(pl.col("method_key").is_in(method_keys))
         if part.is_empty():
             continue
         tasks = list(dict.fromkeys(part["task"]))
@@ -110,8 +108,8 @@ def paper_tables(
         )
         body = []
         for (label, key, backbone, metric, aggregation, sweep), cells in groups:
-            planned_run = methods[(key, backbone)]
-            matched = settings_match(sweep, planned_run.settings)
+            planned_run = methods.get((key, backbone))
+            matched = planned_run is not None and settings_match(sweep, planned_run.settings)
             by_task = dict(zip(cells["task"], cells["value"], strict=True))
             row = [str(label), str(key), str(backbone), f"{metric} ({aggregation})"]
             for task in tasks:

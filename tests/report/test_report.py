@@ -222,6 +222,14 @@ def test_published_join_and_difference(built: dict, project: Path) -> None:
     ours = np.mean([sts_score("simcse", s, "STS12") for s in (1, 2)])
     assert f"{ours:.2f} / 68.40 ({ours - 68.40:+.2f})" in md
     assert "simace Table 1" in md and "cooldown Table 1" in md
+    # a planned method's published rows on backbones the plan does not run: ours is missing
+    assert "| SimCSE | simcse | roberta-large | spearman (as_printed) | – / 72.86 |" in md
+
+
+def test_significance_compares_evaluation_results_only(params: Params, project: Path) -> None:
+    tests = significance(collect(params, project).results, "simcse")
+    assert set(tests["task"]) >= {"STS_avg", "STS12"}
+    assert not set(tests["task"]) & {"training", "train_batch"}
 
 
 def test_markdown_and_html_hold_every_table_and_figure(built: dict, project: Path) -> None:
