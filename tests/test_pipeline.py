@@ -14,6 +14,7 @@ import pytest
 import yaml
 from project_copy import project_copy
 
+from stages.params import parse_params
 from stages.pipeline import build_jobs, check_dvc_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,3 +136,15 @@ def test_changing_one_methods_tau_reruns_only_its_jobs() -> None:
     changed["methods"]["hot"]["objective"]["tau"] = 0.2
     after = fingerprints(changed)
     assert {name for name in before if before[name] != after[name]} == {"train.hot.tiny.s1"}
+
+
+def test_the_triplets_stage_runs_only_for_objectives_that_need_triplets() -> None:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    jobs = build_jobs(parse_params(raw))
+    triplets = [job for job in jobs if job.stage == "triplets"]
+    assert [job.key for job in triplets] == ["bert-base"]  # arccse.bert-base.s42 needs them
+    train = {job.key: job for job in jobs if job.stage == "train"}
+    assert triplets[0].outs[0] in train["arccse.bert-base.s42"].deps
+    assert triplets[0].outs[0] not in train["simcse.bert-base.s42"].deps
+    raw["experiments"] = [{"methods": ["simcse", "simace"], "backbones": ["bert-base"]}]
+    assert not [job for job in build_jobs(parse_params(raw)) if job.stage == "triplets"]
