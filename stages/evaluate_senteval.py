@@ -38,7 +38,7 @@ from stages.senteval_protocol import (
 )
 from stages.senteval_protocol.loaders import downstream_dir
 
-DEFAULT_CACHE = Path("cache/embeddings")
+DEFAULT_CACHE = layout.embedding_cache_dir()
 
 
 def evaluate_encoder(

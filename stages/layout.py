@@ -68,3 +68,8 @@ def report_metrics_file() -> Path:
 def analyses_dir() -> Path:
     """The figures stage's output: the papers' analyses that need no training (PNG + CSV)."""
     return REPORTS / "analyses"
+
+
+def embedding_cache_dir() -> Path:
+    """SentEval embeddings per (encoder fingerprint, task): classifiers rerun without encoding."""
+    return CACHE / "embeddings"

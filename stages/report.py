@@ -35,7 +35,7 @@ from stages.reporting.tables import (
 )
 
 ANALYSES = layout.analyses_dir()  # the figures stage's PNGs, embedded when present
-EMBEDDING_CACHE = Path("cache/embeddings")
+EMBEDDING_CACHE = layout.embedding_cache_dir()
 STS_TASKS = [
     "STS12",
     "STS13",
