@@ -49,6 +49,8 @@ class Planned:
     seed: int | None
     run_id: str | None
     settings: dict[str, Any]  # resolved objective / temperature / train, flattened
+    method_key: str  # the name the papers' numbers are filed under (params' method_key)
+    sweep: str | None = None  # the published sweep point the method declares, if any
 
 
 @dataclass
@@ -80,12 +82,16 @@ def plan(params: Params) -> list[Planned]:
             run.seed,
             run.run_id,
             flatten(run.settings.model_dump(mode="json")),
+            params.method_key(run.method),
+            params.methods[run.method].sweep,
         )
         for name, run in plan_runs(params).items()
     ]
     for name, baseline in plan_baselines(params).items():
         settings = flatten(baseline.model_dump(mode="json"))
-        planned.append(Planned(name, "baseline", name, baseline.backbone, None, None, settings))
+        planned.append(
+            Planned(name, "baseline", name, baseline.backbone, None, None, settings, name)
+        )
     return planned
 
 

@@ -83,8 +83,8 @@ def paper_tables(
     """Every published table that holds a method of the plan, in the paper's layout (rows as
     printed, on every backbone the paper prints, tasks as columns); a cell reads
     'ours / paper (diff)', and ours is missing where the plan does not run that backbone."""
-    methods = {(p.method, p.backbone): p for p in planned if p.kind == "run"}
-    method_keys = {method for method, _ in methods}
+    runs = [p for p in planned if p.kind == "run"]
+    method_keys = {p.method_key for p in runs}
     rows_of = published.filter(pl.col("method_key").is_not_null() & pl.col("value").is_not_null())
     ours = {tuple(r[k] for k in KEY): r for r in summary.iter_rows(named=True)}
     p_values = {
@@ -108,8 +108,8 @@ def paper_tables(
         )
         body = []
         for (label, key, backbone, metric, aggregation, sweep), cells in groups:
-            planned_run = methods.get((key, backbone))
-            matched = planned_run is not None and settings_match(sweep, planned_run.settings)
+            planned_run = _matching_run(runs, key, backbone, sweep)
+            matched = planned_run is not None
             by_task = dict(zip(cells["task"], cells["value"], strict=True))
             row = [str(label), str(key), str(backbone), f"{metric} ({aggregation})"]
             for task in tasks:
@@ -121,12 +121,13 @@ def paper_tables(
                         (
                             p
                             for (m, b, bb, t), p in p_values.items()
-                            if (m, bb, t) == (key, backbone, task) and _normalised(b) == other
+                            if (m, bb, t) == (planned_run.method, backbone, task)
+                            and _normalised(b) == other
                         ),
                         None,
                     )
                 elif matched:
-                    stats = ours.get((key, backbone, task, metric))
+                    stats = ours.get((planned_run.method, backbone, task, metric))
                     if stats is not None:
                         mine = stats["std"] if aggregation == "std" else stats["mean"]
                 row.append(_cell(mine, paper_value, 3 if metric == "p_value" else 2))
@@ -141,6 +142,20 @@ def paper_tables(
             )
         )
     return tables
+
+
+def _matching_run(
+    runs: list[Planned], method_key: str, backbone: str, sweep: str | None
+) -> Planned | None:
+    """The planned method a published row stands for: filed under ``method_key`` on
+    ``backbone``; for a sweep row, the one whose settings have the swept values (a sweep point
+    or the plain method at that value); otherwise the one that declares no sweep."""
+    for run in runs:
+        if (run.method_key, run.backbone) != (method_key, backbone):
+            continue
+        if settings_match(sweep, run.settings) if sweep else run.sweep is None:
+            return run
+    return None
 
 
 def _cell(ours: float | None, paper: float | None, digits: int) -> str:

@@ -35,7 +35,11 @@ def params(tmp_path_factory: pytest.TempPathFactory) -> Params:
     tree = yaml.safe_load((REPO / "params.yaml").read_text())
     tree["methods"] = {
         "simcse": {"objective": {"name": "infonce", "tau": 0.05}},
-        "simcse_hot": {"objective": {"name": "infonce", "tau": 0.1}},
+        "simcse_hot": {
+            "objective": {"name": "infonce", "tau": 0.1},
+            "method_key": "simcse",
+            "sweep": "tau=0.1",
+        },
         "simace": {"objective": {"name": "simace"}},
     }
     tree["experiments"] = [
@@ -222,6 +226,12 @@ def test_published_join_and_difference(built: dict, project: Path) -> None:
     ours = np.mean([sts_score("simcse", s, "STS12") for s in (1, 2)])
     assert f"{ours:.2f} / 68.40 ({ours - 68.40:+.2f})" in md
     assert "simace Table 1" in md and "cooldown Table 1" in md
+    # cool-down Table 1's sweep rows: tau 0.05 is the plain simcse run, tau 0.10 simcse_hot
+    hot = np.mean([sts_score("simcse_hot", 1, t) for t in STS])
+    plain = np.mean([np.mean([sts_score("simcse", s, t) for t in STS]) for s in (1, 2)])
+    table_1 = md[md.index("### cooldown Table 1") :]
+    assert f"{plain:.2f} / 76.95 ({plain - 76.95:+.2f})" in table_1
+    assert f"{hot:.2f} / 71.92 ({hot - 71.92:+.2f})" in table_1
     # a planned method's published rows on backbones the plan does not run: ours is missing
     assert "| SimCSE | simcse | roberta-large | spearman (as_printed) | – / 72.86 |" in md
 
