@@ -28,11 +28,14 @@ TEST_CLUSTER_ARGS = (
 
 
 def workflow_env() -> dict[str, str]:
-    """The environment of the Snakemake runs: the repo importable, its venv's tools first."""
+    """The environment of the Snakemake runs: the repo importable, its venv's tools first, the
+    shared data as the local data source."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.pop("SLURM_CONF", None)
+    # the tiny preset reads its corpus and SentEval data from the local data source
+    env.setdefault("CSE_DATA_DIR", str(REPO.parent / "shared" / "data"))
     return env
 
 
