@@ -76,7 +76,7 @@ BAD_PARAMS = [
     (
         "unknown method in matrix",
         set_key("experiments.0.methods", ["simcse", "arcse"]),
-        ["experiments.0.methods: unknown name 'arcse'", "defined: simcse, arccse, simace"],
+        ["experiments.0.methods: unknown name 'arcse'", "defined: arccse, simace, simcse"],
     ),
     (
         "unknown backbone in matrix",
