@@ -32,5 +32,5 @@ localrules:
 
 rule all:
     input:
-        [out for job in JOBS.values() for out in job.outputs],
+        JOBS.outputs(),
     default_target: True

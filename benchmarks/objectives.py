@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch.utils import benchmark
 
-from stages.atomic import write_json
-from stages.objectives.registry import OBJECTIVES_BY_NAME
+from stages.core.atomic import write_json
+from stages.objectives.registry import all_loss_classes
 
 SIZES = (64, 512)
 DIM = 768
@@ -31,7 +31,7 @@ MODIFIED = {"gradient_dissipation": True, "softmax_weight": True, "static_ratio"
 
 def variants() -> list[tuple[str, str, dict[str, Any]]]:
     """(label, objective name, hyperparameters) of every timed configuration."""
-    rows = [(name, name, {}) for name in OBJECTIVES_BY_NAME]
+    rows = [(name, name, {}) for name in all_loss_classes()]
     for name in ("align_uniform", "mpt", "met", "mat"):
         rows.append((f"{name} (code)", name, {"implementation": "code"}))
     for name in ("align_mhe", "align_mhs", "barlow_twins", "vicreg"):
@@ -47,7 +47,7 @@ def loss_and_backward_timer(
     name: str, hyperparameters: dict, n: int, threads: int
 ) -> benchmark.Timer:
     """A timer of one loss + backward pass on random N x 768 views."""
-    objective = OBJECTIVES_BY_NAME[name](name=name, **hyperparameters)
+    objective = all_loss_classes()[name](name=name, **hyperparameters)
     generator = torch.Generator().manual_seed(0)
     z = torch.randn(n, DIM, generator=generator).requires_grad_()
     z_pos = (z.detach() + 0.5 * torch.randn(n, DIM, generator=generator)).requires_grad_()

@@ -23,9 +23,11 @@ from typing import Any
 
 import torch
 
-from stages.atomic import write_json
+from stages.core.atomic import write_json
 from stages.modeling.encoder import SentenceEncoder
-from stages.senteval_protocol import STS_TASKS, TRANSFER_TASKS, EmbeddingCache, evaluate
+from stages.senteval_protocol.cache import EmbeddingCache
+from stages.senteval_protocol.evaluate import evaluate
+from stages.senteval_protocol.loaders import STS_TASKS, TRANSFER_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 # The real SentEval (as SimCSE's evaluation.py runs it) with the same encoder on this machine class.

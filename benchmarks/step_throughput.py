@@ -23,7 +23,7 @@ import torch
 import transformers
 from transformers import BertConfig, BertModel
 
-from stages.estimates import Architecture, train_step_flops
+from stages.core.estimates import Architecture, train_step_flops
 from stages.objectives.infonce import infonce_loss
 
 RESULTS = Path(__file__).resolve().parent / "results"

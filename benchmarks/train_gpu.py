@@ -39,13 +39,13 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from stages.core.params import BackboneParams, RandomInit, TrainParams  # noqa: E402
+from stages.core.temperature_settings import TemperatureSchedule  # noqa: E402
 from stages.modeling.backbone import load_tokenizer  # noqa: E402
 from stages.objectives.infonce import InfoNCE  # noqa: E402
-from stages.objectives.temperature import TemperatureSchedule  # noqa: E402
-from stages.params import BackboneParams, RandomInit, TrainParams  # noqa: E402
-from stages.train import stsb_dev_evaluator  # noqa: E402
 from stages.training import loop  # noqa: E402
 from stages.training.data import BatchPlan, load_tokenized_corpus  # noqa: E402
+from stages.training.runner import stsb_dev_evaluator  # noqa: E402
 
 BERT_BASE = RandomInit(
     hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072

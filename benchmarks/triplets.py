@@ -27,7 +27,7 @@ import polars as pl
 import tokenizers
 import yaml
 
-from stages.params import TripletsParams, load_params
+from stages.core.params import TripletsParams, load_params
 from stages.triplet_masking import MaskingTokenizer, generate_triplets, split_lines
 from stages.triplets import write_triplets
 

@@ -12,11 +12,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from stages.params import DEFAULT_PARAMS, ParamsError
-
-
-class StageError(RuntimeError):
-    """An expected failure with a message that says what is wrong and where."""
+from stages.core.errors import ParamsError, StageError
+from stages.core.params import DEFAULT_PARAMS
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -35,7 +32,7 @@ def ensure_dvc_yaml_is_current(argv: Sequence[str]) -> None:
     """
     if "DVC_STAGE" not in os.environ:
         return
-    from stages.pipeline import check_dvc_yaml
+    from stages.core.jobs import check_dvc_yaml
 
     params_file = str(DEFAULT_PARAMS)
     if "--params" in argv:

@@ -21,13 +21,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stages import layout
-from stages.atomic import write_json
-from stages.cli import StageError, parser, run
+from stages.cli import parser, run
+from stages.core import layout
+from stages.core.atomic import write_json
+from stages.core.errors import StageError
+from stages.core.mteb_task_sets import TASK_SETS
+from stages.core.params import DEFAULT_PARAMS, POOLERS, MtebParams, load_params
 from stages.evaluation_target import encoder_for
 from stages.modeling.encoder import EncoderError, SentenceEncoder
-from stages.mteb_protocol.task_sets import TASK_SETS
-from stages.params import DEFAULT_PARAMS, POOLERS, MtebParams, load_params
 
 DEFAULT_MAX_LENGTH = 512
 

@@ -23,20 +23,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stages import layout
-from stages.atomic import write_json
-from stages.cli import StageError, parser, run
+from stages.cli import parser, run
+from stages.core import layout
+from stages.core.atomic import write_json
+from stages.core.errors import StageError
+from stages.core.params import DEFAULT_PARAMS, POOLERS, Params, SentEvalParams, load_params
 from stages.evaluation_target import encoder_for
 from stages.modeling.encoder import EncoderError, SentenceEncoder
-from stages.params import DEFAULT_PARAMS, POOLERS, Params, SentEvalParams, load_params
-from stages.senteval_protocol import (
-    TASKS,
-    DataFormatError,
-    EmbeddingCache,
-    EncoderOutputError,
-    evaluate,
-)
-from stages.senteval_protocol.loaders import downstream_dir
+from stages.senteval_protocol.cache import EmbeddingCache
+from stages.senteval_protocol.embeddings import EncoderOutputError
+from stages.senteval_protocol.evaluate import evaluate
+from stages.senteval_protocol.loaders import TASKS, DataFormatError, downstream_dir
 
 DEFAULT_CACHE = layout.embedding_cache_dir()
 

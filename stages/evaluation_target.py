@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from stages import layout
-from stages.cli import StageError
-from stages.experiments import plan_baselines, plan_runs
+from stages.core import layout
+from stages.core.errors import StageError
+from stages.core.params import Params
+from stages.core.runs import plan_baselines, plan_runs
 from stages.modeling.encoder import EncoderError, SentenceEncoder
-from stages.params import Params
 
 TRAIN_POINTER = "train.json"
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from stages import layout
 from stages.analyses import figures
-from stages.atomic import atomic_path, write_json
 from stages.cli import parser, run
-from stages.params import FiguresParams, load_params
+from stages.core import layout
+from stages.core.atomic import atomic_path, write_json
+from stages.core.params import FiguresParams, load_params
 
 DEFAULT_OUT = layout.analyses_dir()
 

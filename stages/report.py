@@ -18,9 +18,10 @@ from typing import Any
 
 import polars as pl
 
-from stages import cli, layout
-from stages.atomic import atomic_path, write_json
-from stages.params import Params, load_params
+from stages import cli
+from stages.core import layout
+from stages.core.atomic import atomic_path, write_json
+from stages.core.params import Params, load_params
 from stages.reference import published
 from stages.reporting import figures as fig
 from stages.reporting.collect import Collected, collect, stsb_dev_angles

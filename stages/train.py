@@ -4,115 +4,36 @@
     torchrun --nproc_per_node=4 -m stages.train EXPERIMENT      # data-parallel
 
 A run trains in runs/<run_id>.partial/ (resumed from its latest checkpoint if one is there)
-and is renamed to runs/<run_id>/ when finished; a finished run is a cache hit. Either way the
-stage then writes experiments/<name>/train.json, the small pointer the orchestrators track.
+and is renamed to runs/<run_id>/ when finished; a finished run is a cache hit, found without
+importing torch. Either way the stage then writes experiments/<name>/train.json, the small
+pointer the orchestrators track, and the run's curves as CSV.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from stages import cli, layout
-from stages.atomic import write_json, write_text
-from stages.cli import StageError, parser
-from stages.experiments import Run, plan_runs
-from stages.params import Params, load_params
-from stages.senteval_protocol.dev import StsbDevEvaluation
-from stages.senteval_protocol.loaders import DataFormatError
-from stages.training.dev import DevEvaluator, Encode
-from stages.training.distributed import Distributed, from_environment
-from stages.training.loop import LOG_FILE, METRICS_FILE, TrainJob, train
-from stages.training.records import read_log
-from stages.training.resume import remove_checkpoints
-
-POINTER_FILE = "train.json"
+from stages import cli
+from stages.cli import parser
+from stages.core.atomic import write_json, write_text
+from stages.core.errors import StageError
+from stages.core.params import load_params
+from stages.core.run_store import LOG_FILE, METRICS_FILE, is_complete, read_config, read_log
+from stages.core.runs import Run, plan_runs
 
 
-def stsb_dev_evaluator(data_dir: Path) -> DevEvaluator:
-    """STS-B dev exactly as the SentEval stage scores it (``StsbDevEvaluation``): Spearman x100
-    of cosine vs gold, plus alignment and uniformity of the same embeddings. The trainer's
-    encoder batches by token length itself, so it gets all distinct sentences in one call."""
-    try:
-        evaluation = StsbDevEvaluation(data_dir, batch_size=None)
-    except (DataFormatError, OSError) as error:
-        raise StageError(f"STS-B dev set (checkpoint selection): {error}") from error
-
-    def evaluate(encode: Encode) -> dict[str, float]:
-        scores = evaluation(encode)
-        return {
-            "spearman": scores.spearman,
-            "alignment": scores.alignment,
-            "uniformity": scores.uniformity,
-        }
-
-    return evaluate
-
-
-def run_config(run: Run, params: Params) -> dict[str, Any]:
-    """config.json of a run: its identity (what the run id hashes) and resolved settings."""
-    return {
-        "run_id": run.run_id,
-        "experiment": run.name,
-        "method": run.method,
-        "backbone": run.backbone,
-        "seed": run.seed,
-        "identity": run.identity,
-        "settings": run.settings.model_dump(mode="json"),
-        "backbone_spec": run.backbone_spec.model_dump(mode="json"),
-        "corpus": str(layout.corpus_file(params.data.corpus)),
-        "triplets": str(layout.triplets_file(run.backbone)) if run.needs_triplets else None,
-        "triplets_id": run.triplets_id,
-    }
-
-
-def make_job(run: Run, params: Params, out_dir: Path) -> TrainJob:
-    return TrainJob(
-        run_id=run.run_id,
-        objective=run.settings.objective,
-        temperature=run.settings.temperature,
-        train=run.settings.train,
-        backbone=run.backbone_spec,
-        backbone_name=run.backbone,
-        seed=run.seed,
-        corpus=layout.corpus_file(params.data.corpus),
-        max_sentences=params.data.max_sentences,
-        triplets=layout.triplets_file(run.backbone) if run.needs_triplets else None,
-        out_dir=out_dir,
-        cache_dir=layout.CACHE / "tokenized",
-        config=run_config(run, params),
-        eval_batch_size=params.senteval.batch_size,
-    )
-
-
-def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
-    """The finished run folder of ``run``, training (or resuming) it unless it is cached."""
-    ctx = ctx or from_environment()
-    final = layout.run_dir(run.run_id)
-    if (final / METRICS_FILE).is_file():
-        return final
-    partial = final.with_name(final.name + ".partial")
-    if not (partial / METRICS_FILE).is_file():
-        evaluate = stsb_dev_evaluator(layout.senteval_dir())
-        train(make_job(run, params, partial), evaluate, ctx)
-    if ctx.is_main:
-        remove_checkpoints(partial)
-        if final.exists():  # an unfinished leftover without metrics.json
-            shutil.rmtree(final)
-        os.replace(partial, final)
-    return final
-
-
-def write_pointer(run: Run, folder: Path) -> dict[str, Any]:
-    """experiments/<name>/train.json; rewritten only when its content changes."""
+def pointer(run: Run) -> dict[str, Any]:
+    """experiments/<name>/train.json: the run, its best dev score, and its environment."""
+    folder = run.run_dir
     metrics = json.loads((folder / METRICS_FILE).read_text(encoding="utf-8"))
-    pointer = {
+    config = read_config(folder) or {}
+    return {
         "experiment": run.name,
         "method": run.method,
         "backbone": run.backbone,
@@ -124,11 +45,9 @@ def write_pointer(run: Run, folder: Path) -> dict[str, Any]:
         "best_step": metrics["best"]["step"],
         "steps": metrics["steps"],
         "wall_time_s": metrics["timing"]["wall_s"],
+        "environment": config.get("execution", {}),
+        **({"adopted_from": config["adopted_from"]} if "adopted_from" in config else {}),
     }
-    dest = layout.experiment_dir(run.name) / POINTER_FILE
-    if not dest.is_file() or json.loads(dest.read_text(encoding="utf-8")) != pointer:
-        write_json(dest, pointer)
-    return pointer
 
 
 def curve_tables(log: list[dict[str, Any]]) -> dict[str, str]:
@@ -144,16 +63,22 @@ def curve_tables(log: list[dict[str, Any]]) -> dict[str, str]:
     return tables
 
 
-def write_curves(run: Run, folder: Path) -> None:
-    """experiments/<name>/{train_steps,dev_evals}.csv from the run's log; rewritten only when
-    their content changes."""
-    tables = curve_tables(read_log(folder / LOG_FILE))
-    for dest, text in (
-        (layout.train_steps_file(run.name), tables["train"]),
-        (layout.dev_curve_file(run.name), tables["eval"]),
-    ):
-        if not dest.is_file() or dest.read_text(encoding="utf-8") != text:
-            write_text(dest, text)
+def write_if_changed(path: Path, text: str) -> None:
+    """Rewrite only when the content changes, so unchanged outputs keep their bytes and mtime."""
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        write_text(path, text)
+
+
+def write_outputs(run: Run) -> None:
+    """The pointer and the curves of a finished run."""
+    tables = curve_tables(read_log(run.run_dir / LOG_FILE))
+    steps, dev = run.curve_files
+    write_if_changed(steps, tables["train"])
+    write_if_changed(dev, tables["eval"])
+    record = pointer(run)
+    dest = run.pointer_file
+    if not dest.is_file() or json.loads(dest.read_text(encoding="utf-8")) != record:
+        write_json(dest, record)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -166,12 +91,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise StageError(
             f"unknown experiment '{args.experiment}'; planned: {', '.join(runs) or '(none)'}"
         )
-    selected = runs[args.experiment]
-    ctx = from_environment()
-    folder = train_run(selected, params, ctx)
-    if ctx.is_main:
-        write_curves(selected, folder)
-        write_pointer(selected, folder)
+    run = runs[args.experiment]
+    if not is_complete(run.run_dir):
+        from stages.training.runner import train_run  # torch: only when there is work to do
+
+        train_run(run, params)
+    if os.environ.get("RANK", "0") == "0":
+        write_outputs(run)
 
 
 if __name__ == "__main__":

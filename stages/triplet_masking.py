@@ -39,7 +39,7 @@ import pyarrow as pa
 from tokenizers import Tokenizer
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.params import TripletsParams
+from stages.core.params import TripletsParams
 
 # The triplet file's contract: column -> dtype, in file order. Token ids carry no special tokens.
 TRIPLETS_SCHEMA = pl.Schema(

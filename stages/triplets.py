@@ -4,8 +4,9 @@
 
 writes the triplets at ``--output`` (columns and dtypes: ``TRIPLETS_SCHEMA``; the procedure:
 ``stages.triplet_masking``) and their counts as JSON next to it (``stats_path``). The trainer
-reads the file with ``read_triplets``, which checks the contract. Outputs are content-addressed:
-``triplets_address`` names the file after everything that determines its bytes.
+reads the file with ``read_triplets``, which checks the contract. The triplets' id
+(``stages.core.runs.triplets_id``) covers everything that determines their bytes, the masking
+code included.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import Any
 
 import polars as pl
 
-from stages.atomic import atomic_path, write_json
-from stages.cli import StageError, parser, run
+from stages.cli import parser, run
+from stages.core.atomic import atomic_path, write_json
+from stages.core.errors import StageError
+from stages.core.params import TripletsParams, load_params
 from stages.modeling.backbone import load_tokenizer
-from stages.params import TripletsParams, load_params
 from stages.triplet_masking import (
     TRIPLETS_SCHEMA,
     MaskingTokenizer,
@@ -31,9 +33,8 @@ from stages.triplet_masking import (
     split_lines,
 )
 
-# Bump when the procedure or the file layout changes: every cached triplet file is then stale.
+# The file layout's version, recorded in the stats (the procedure is covered by the code identity).
 FORMAT_VERSION = 1
-ADDRESS_LENGTH = 16
 # Fixed writer settings: with the same polars version, the same frame gives the same bytes.
 PARQUET_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
@@ -41,27 +42,6 @@ PARQUET_OPTIONS: dict[str, Any] = {
     "statistics": True,
     "row_group_size": 65536,
 }
-
-
-def triplets_address(
-    corpus_fingerprint: str, tokenizer_identity: str, params: TripletsParams
-) -> str:
-    """A short hash naming the triplet file of this corpus, tokenizer and params.
-
-    ``corpus_fingerprint``: anything that changes with the corpus bytes (its sha256, e.g. from
-    the data manifest). ``tokenizer_identity``: anything that changes with
-    the backbone's tokenizer, e.g. ``f"{backbone.model}@{backbone.revision}"`` (cheap at DAG
-    time; the stats record the tokenizer's own fingerprint). Used as
-    ``data/triplets/<address>.parquet``.
-    """
-    recipe = {
-        "format_version": FORMAT_VERSION,
-        "corpus": corpus_fingerprint,
-        "tokenizer": tokenizer_identity,
-        "params": params.model_dump(mode="json"),
-    }
-    canonical = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:ADDRESS_LENGTH]
 
 
 def tokenizer_fingerprint(tokenizer: MaskingTokenizer) -> str:

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from stages.params import load_params
-from stages.pipeline import build_jobs, dvc_yaml
+from stages.core.jobs import build_jobs, dvc_yaml
+from stages.core.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = ("Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore")

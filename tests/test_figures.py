@@ -16,9 +16,9 @@ import yaml
 from stages import figures as stage
 from stages.analyses import gradient_dissipation as p002
 from stages.analyses import gradient_norms as p003
+from stages.core.params import DEFAULT_PARAMS, FiguresParams
 from stages.objectives import diagnostics
 from stages.objectives.hardest_negative import MET, MPT
-from stages.params import DEFAULT_PARAMS, FiguresParams
 
 DEFAULTS = FiguresParams()  # the papers' values
 SIMULATION = p002.Simulation.from_params(DEFAULTS)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stages.params import ParamsError, load_params, parse_params
+from stages.core.params import ParamsError, load_params, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = yaml.safe_load((REPO / "params.yaml").read_text())

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from project_copy import project_copy
 
-from stages.params import parse_params
-from stages.pipeline import build_jobs, check_dvc_yaml
+from stages.core.jobs import build_jobs, check_dvc_yaml
+from stages.core.params import load_params, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 WIDE_MATRIX = {
@@ -35,11 +35,18 @@ WIDE_MATRIX = {
     "data": {"source": "local", "corpus": "wiki1m_head_11913"},
 }
 
-Shape = dict[tuple[str, ...], tuple[str, tuple[str, ...], tuple[str, ...]]]
+Shape = dict[tuple[str, ...], tuple[str, tuple[str, ...]]]
+
+
+def stage_command(shell: str) -> str:
+    """The stage command of a rendered Snakemake shell line: without the GPU slot wrapper in
+    front and the log redirection behind."""
+    shell = shell.split(" 2>&1 | tee ")[0]
+    return "python -m stages." + shell.split("python -m stages.")[-1].strip()
 
 
 def snakemake_shape(root: Path) -> Shape:
-    """Snakemake's own DAG: outputs -> (command, inputs, tracked params keys).
+    """Snakemake's own DAG: outputs -> (command, inputs).
 
     Built through Snakemake's Python API (a dry run of every job); `all` is left out.
     """
@@ -62,11 +69,7 @@ def snakemake_shape(root: Path) -> Shape:
             if inspect.iscoroutine(built):
                 asyncio.run(built)
             return {
-                tuple(sorted(job.output)): (
-                    job.params.cmd,
-                    tuple(sorted(job.input)),
-                    tuple(job.params.tracked.split()),
-                )
+                tuple(sorted(job.output)): (stage_command(job.shellcmd), tuple(sorted(job.input)))
                 for job in wf.dag.jobs
                 if job.rule.name != "all"
             }
@@ -75,16 +78,19 @@ def snakemake_shape(root: Path) -> Shape:
 
 
 def dvc_shape(root: Path) -> Shape:
-    """DVC's reading of dvc.yaml: outputs -> (command, dependencies, params keys)."""
+    """DVC's reading of dvc.yaml: outputs -> (command, data dependencies); every stage's source
+    files, also DVC dependencies, must be those of its job."""
     from dvc.repo import Repo
 
+    jobs = {job.name: job for job in build_jobs(load_params(root / "params.yaml"))}
     with Repo(str(root)) as repo:
         shape: Shape = {}
         for stage in repo.index.stages:
-            params = [k for dep in stage.deps if hasattr(dep, "params") for k in dep.params]
             files = [dep.def_path for dep in stage.deps if not hasattr(dep, "params")]
+            code = [f for f in files if f.startswith("stages/") and f.endswith(".py")]
+            assert code == list(jobs[stage.name].code), stage.name
             outs = tuple(sorted(out.def_path for out in stage.outs))
-            shape[outs] = (stage.cmd, tuple(sorted(files)), tuple(params))
+            shape[outs] = (stage.cmd, tuple(sorted(f for f in files if f not in code)))
         return shape
 
 
@@ -94,7 +100,7 @@ def test_snakemake_and_dvc_run_the_same_dag(tmp_path: Path, params: dict[str, An
     snakemake, dvc = snakemake_shape(root), dvc_shape(root)
     assert snakemake == dvc
     n_runs = 5 if params else 3
-    assert sum(cmd.startswith("python -m stages.train") for cmd, _, _ in dvc.values()) == n_runs
+    assert sum(cmd.startswith("python -m stages.train") for cmd, _ in dvc.values()) == n_runs
 
 
 def test_committed_dvc_yaml_matches_committed_params() -> None:
@@ -124,8 +130,8 @@ def test_a_stale_dvc_yaml_stops_stages_run_by_dvc(tmp_path: Path) -> None:
 
 
 def test_changing_one_methods_tau_reruns_only_its_jobs() -> None:
-    from stages.params import parse_params
-    from stages.pipeline import job_fingerprint
+    from stages.core.jobs import job_fingerprint
+    from stages.core.params import parse_params
 
     def fingerprints(raw: dict[str, Any]) -> dict[str, str]:
         params = parse_params(raw)

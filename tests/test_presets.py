@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 import yaml
 
-from stages import pipeline
-from stages.estimates import dry_run, format_dry_run
-from stages.experiments import plan_runs
-from stages.params import Params, ResolvedMethod, load_params
+from stages.core import jobs as pipeline
+from stages.core.estimates import dry_run, format_dry_run
+from stages.core.params import Params, ResolvedMethod, load_params
+from stages.core.runs import plan_runs
 from stages.reference import published
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.estimates import job_limit_minutes
-from stages.params import load_params
-from stages.pipeline import build_jobs
+from stages.core.estimates import job_limit_minutes
+from stages.core.jobs import build_jobs
+from stages.core.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "workflow" / "profiles"
@@ -69,9 +69,12 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
             assert dry["resources"]["mem_mb"] == "32000"
             assert dry["resources"]["cpus_per_task"] == "8"
             assert dry["resources"]["runtime"] == str(job_limit_minutes(params, job))
-            # the caller's thread settings, then the GPU slot (see workflow/rules/common.smk)
+            # the caller's thread settings, then the GPU slot (see workflow/rules/jobs.py)
             assert dry["shell"].startswith("env ")
-            assert dry["shell"].endswith(f" python -m stages.gpu_slot --gpus 1 -- {job.cmd}")
+            log = f"logs/{job.stage}/{job.key}.log"
+            assert dry["shell"].endswith(
+                f" python -m stages.gpu_slot --gpus 1 -- {job.cmd} 2>&1 | tee {log}"
+            )
         else:
             assert dry["resources"]["runtime"] == "60"
             assert "gpu" not in dry["resources"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from stages.params import STS_TASKS, TRANSFER_TASKS
+from stages.core.params import STS_TASKS, TRANSFER_TASKS
 from stages.reference import (
     COLUMNS,
     MTEB_CATEGORIES,

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from stages.core.params import FiguresParams
 from stages.objectives import diagnostics
 from stages.objectives.arccse import ArcCon
 from stages.objectives.hardest_negative import MET, MPT
 from stages.objectives.infonce import InfoNCE
-from stages.params import FiguresParams
 
 MU_POS_RANGE = (math.pi / 20, math.pi / 2)
 MU_NEG_RANGE = (math.pi / 20, math.pi)

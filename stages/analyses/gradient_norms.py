@@ -24,7 +24,7 @@ import torch
 
 from stages.objectives import diagnostics
 from stages.objectives.alignment_uniformity import DCL, AlignUniform, DCLPlus
-from stages.objectives.base import ObjectiveParams
+from stages.objectives.base import Objective
 from stages.objectives.hardest_negative import MAT, MET, MPT
 from stages.objectives.infonce import InfoNCE
 
@@ -152,7 +152,7 @@ def anchor_batch(
 
 
 def autograd_norms(
-    objective: ObjectiveParams, theta_pos: float, theta_neg: float, negatives: int
+    objective: Objective, theta_pos: float, theta_neg: float, negatives: int
 ) -> tuple[float, float]:
     """||grad^pos|| and one negative's ||grad^neg_j|| of anchor 0's loss l_0 w.r.t. z_0, by
     autograd through ``objective`` (a mean over anchors, hence the factor negatives + 1)."""

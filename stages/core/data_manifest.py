@@ -1,5 +1,5 @@
-"""The data the pipeline knows (``stages/data_manifest.yaml``): for each dataset, the files it must
-contain with their sha256, and where to fetch them.
+"""The data the pipeline knows (``stages/core/data_manifest.yaml``): for each dataset, the files
+it must contain with their sha256, and where to fetch them.
 
 Paths are relative to the data folder (``data/`` by default). A local source folder
 (``data.local_dir`` or ``CSE_DATA_DIR``) has the same layout, so its files sit at the same paths.
@@ -112,7 +112,7 @@ class Manifest(_Frozen):
 def load_manifest(path: str | Path | None = None) -> Manifest:
     """The manifest at ``path``, by default the one shipped with the package."""
     if path is None:
-        text = resources.files("stages").joinpath("data_manifest.yaml").read_text("utf-8")
+        text = resources.files("stages.core").joinpath("data_manifest.yaml").read_text("utf-8")
     else:
         text = Path(path).read_text(encoding="utf-8")
     return Manifest.model_validate(yaml.safe_load(text))

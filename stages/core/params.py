@@ -29,9 +29,10 @@ from pydantic import (
     model_validator,
 )
 
-from stages.mteb_protocol.task_sets import TASK_SETS, unknown_task_names
-from stages.objectives.registry import OBJECTIVES_BY_NAME, ObjectiveConfig
-from stages.objectives.temperature import TemperatureSchedule
+from stages.core.errors import ParamsError
+from stages.core.mteb_task_sets import TASK_SETS, unknown_task_names
+from stages.core.objective_settings import SETTINGS_BY_NAME, ObjectiveConfig
+from stages.core.temperature_settings import TemperatureSchedule
 
 DEFAULT_PARAMS = Path("params.yaml")
 # Names that become parts of file paths and of experiment names: keep them path- and CLI-safe.
@@ -51,10 +52,6 @@ SentEvalTask = Literal[
 ]  # fmt: skip
 
 
-class ParamsError(ValueError):
-    """params.yaml is invalid; the message lists every problem with its key path."""
-
-
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -69,7 +66,8 @@ class DataParams(Section):
         description="folder with corpus/, senteval/downstream/, sts_raw/ (env CSE_DATA_DIR wins)",
     )
     corpus: Literal["wiki1m", "wiki1m_head_11913", "wiki1m_random10k_seed42"] = Field(
-        "wiki1m", description="training corpus, one sentence per line (see stages/data_manifest)"
+        "wiki1m",
+        description="training corpus, one sentence per line (stages/core/data_manifest.yaml)",
     )
     max_sentences: PositiveInt | None = Field(
         None, description="train on the first N sentences only (smoke tests, quick looks)"
@@ -213,6 +211,17 @@ class MtebParams(Section):
         return tasks
 
 
+class IdentityParams(Section):
+    """What an output's id covers beyond params, data content and code (docs/identity.md)."""
+
+    environment: Literal["recorded", "major_minor"] = Field(
+        "recorded",
+        description="recorded: every run and evaluation records python, torch, transformers, "
+        "mteb, CUDA, device and dtype; major_minor: torch and transformers major.minor also "
+        "enter every id (results of different stacks never mix)",
+    )
+
+
 class ReportParams(Section):
     baseline_method: Key | None = Field(
         "simcse", description="significance tests compare each method against this one"
@@ -350,6 +359,7 @@ class Params(Section):
     mteb: MtebParams = MtebParams()
     report: ReportParams = ReportParams()
     figures: FiguresParams = FiguresParams()
+    identity: IdentityParams = IdentityParams()
     backbones: dict[Key, BackboneParams] = Field(min_length=1)
     methods: dict[Key, MethodParams] = Field(min_length=1)
     experiments: tuple[ExperimentGroup, ...] = Field(min_length=1)
@@ -445,7 +455,7 @@ def _describe(
 
 def _is_objective_tag(loc: tuple[Any, ...], i: int) -> bool:
     # pydantic inserts the tag of a discriminated union into the location; it is noise here.
-    return i > 0 and loc[i - 1] == "objective" and loc[i] in OBJECTIVES_BY_NAME
+    return i > 0 and loc[i - 1] == "objective" and loc[i] in SETTINGS_BY_NAME
 
 
 def _fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -454,7 +464,7 @@ def _fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     for i, part in enumerate(loc):
         ann = _unwrap(ann)
         if _is_objective_tag(loc, i):
-            ann = OBJECTIVES_BY_NAME[part]
+            ann = SETTINGS_BY_NAME[part]
         elif get_origin(ann) is dict:
             ann = get_args(ann)[1]
         elif get_origin(ann) is tuple:

@@ -1,10 +1,21 @@
-"""The experiment matrix, expanded into runs with content-addressed ids.
+"""The run model: the matrix expanded into runs and evaluations with content-addressed ids.
 
-A run is one (method, backbone, seed) cell of ``experiments`` in params.yaml. Its id is a hash
-of everything that determines its result (the method's objective, temperature schedule and
-train settings on that backbone, the backbone and its revision, the seed, and fingerprints of
-the training data), so the same configuration always maps to the same ``runs/<run_id>/`` and
-is never trained twice, and changing one method's tau touches only that method's runs.
+A run is one (method, backbone, seed) cell of ``experiments`` in params.yaml. ``Run`` is the one
+type that training, evaluation, the job graph and the report share: its settings, its identity
+and id, and every path it reads or writes. Its id hashes everything that determines its result:
+
+- the method's objective, temperature schedule and train settings on that backbone (execution-only
+  train keys left out), the backbone and its revision, the seed;
+- the data by content: the corpus and STS-B dev (checkpoint selection) by sha256, the masked
+  triplets by their own id (which covers the masking code);
+- the code: the fingerprint of every source file training runs (``code_identity``), including
+  the loss module of its own objective and no other;
+- with ``identity.environment: major_minor``, the torch and transformers versions.
+
+So the same configuration always maps to the same ``runs/<run_id>/`` and is never trained twice,
+changing one method's tau touches only that method's runs, and editing one loss's arithmetic
+retrains exactly the runs that use it. Evaluations are addressed the same way
+(``evaluation_id``): their run's id, their params section, their protocol's code and data.
 """
 
 from __future__ import annotations
@@ -12,21 +23,33 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
+from pathlib import Path
 from typing import Any
 
-from stages import layout
-from stages.data_manifest import load_manifest
-from stages.params import BackboneParams, BaselineParams, Params, ResolvedMethod
+from stages.core import layout
+from stages.core.code_identity import code_files, code_identity
+from stages.core.data_manifest import load_manifest
+from stages.core.environment import id_environment
+from stages.core.objective_settings import OBJECTIVES, ObjectiveSettings
+from stages.core.params import BackboneParams, BaselineParams, Params, ResolvedMethod
 
 # Settings that change how a run executes but not what it computes; left out of the id.
 EXECUTION_ONLY_TRAIN_KEYS = frozenset({"device", "log_steps", "checkpoint_steps", "compile"})
-# Bump when a change to the code changes what every run computes (invalidates all run ids).
-ID_SCHEMA = 1
+# Bump only when the layout of the identity itself changes (code changes are covered by it).
+ID_SCHEMA = 2
 STSB_DEV = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"
+ID_LENGTH = 16
+
+# The entry modules of each output kind; their import closures are the code they cover.
+TRAIN_CODE = ("stages.train", "stages.objectives.temperature")
+TRIPLETS_CODE = ("stages.triplets",)
+EVALUATION_CODE = {"senteval": ("stages.evaluate_senteval",), "mteb": ("stages.evaluate_mteb",)}
+FIGURES_CODE = ("stages.figures",)
+REPORT_CODE = ("stages.report",)
 
 
-def content_hash(payload: Any, length: int = 16) -> str:
+def content_hash(payload: Any, length: int = ID_LENGTH) -> str:
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:length]
 
@@ -39,8 +62,12 @@ def baseline_name(baseline: str) -> str:
     return f"baseline.{baseline}"
 
 
-def backbone_identity(spec: BackboneParams) -> dict[str, Any]:
-    return spec.model_dump(mode="json")
+def loss_module(objective: ObjectiveSettings) -> str:
+    return OBJECTIVES[type(objective)].split(":")[0]
+
+
+def train_code_modules(objective: ObjectiveSettings) -> tuple[str, ...]:
+    return (*TRAIN_CODE, loss_module(objective))
 
 
 @cache
@@ -49,12 +76,16 @@ def _manifest_checksums() -> dict[str, str | None]:
     return {f.path: f.sha256 for d in manifest.datasets.values() for f in d.files}
 
 
+def data_sha256(path: Path) -> str | None:
+    """The manifest's sha256 of a file under data/ (what the download verified)."""
+    return _manifest_checksums().get(path.relative_to(layout.DATA).as_posix())
+
+
 def corpus_identity(params: Params) -> dict[str, Any]:
-    """The training sentences, by content (the manifest checksum the download verified)."""
-    path = str(layout.corpus_file(params.data.corpus).relative_to(layout.DATA))
+    """The training sentences, by content."""
     return {
         "corpus": params.data.corpus,
-        "sha256": _manifest_checksums()[path],
+        "sha256": data_sha256(layout.corpus_file(params.data.corpus)),
         "max_sentences": params.data.max_sentences,
     }
 
@@ -65,26 +96,36 @@ def dev_set_identity() -> str | None:
 
 
 def triplets_id(params: Params, backbone: str) -> str:
-    """Content address of the masked-triplet file a run on ``backbone`` reads."""
-    from stages.triplets import triplets_address  # imports transformers: only when needed
-
+    """Content address of the masked-triplet file a run on ``backbone`` reads: the corpus, the
+    tokenizer (model and revision), the triplets params and the masking code."""
     spec = params.backbones[backbone]
-    corpus_sha256 = corpus_identity(params)["sha256"] or params.data.corpus
-    return triplets_address(corpus_sha256, f"{spec.model}@{spec.revision}", params.triplets)
+    return content_hash(
+        {
+            "corpus": corpus_identity(params)["sha256"] or params.data.corpus,
+            "tokenizer": f"{spec.model}@{spec.revision}",
+            "params": params.triplets.model_dump(mode="json"),
+            "code": code_identity(TRIPLETS_CODE),
+            "environment": id_environment(params.identity.environment),
+        }
+    )
 
 
 @dataclass(frozen=True)
 class Run:
+    """One trained run: its settings, identity, id and paths."""
+
     name: str
     method: str
     backbone: str
     seed: int
     settings: ResolvedMethod
     backbone_spec: BackboneParams
+    corpus: Path
+    max_sentences: int | None
     triplets_id: str | None
     identity: dict[str, Any]
 
-    @property
+    @cached_property
     def run_id(self) -> str:
         return content_hash(self.identity)
 
@@ -92,22 +133,70 @@ class Run:
     def needs_triplets(self) -> bool:
         return self.triplets_id is not None
 
+    @property
+    def triplets(self) -> Path | None:
+        return layout.triplets_file(self.backbone) if self.needs_triplets else None
+
+    @property
+    def run_dir(self) -> Path:
+        """The finished run in the runs store (appears only when complete)."""
+        return layout.run_dir(self.run_id)
+
+    @property
+    def partial_dir(self) -> Path:
+        """Where the run trains and resumes until it is complete."""
+        return self.run_dir.with_name(self.run_id + ".partial")
+
+    @property
+    def pointer_file(self) -> Path:
+        """experiments/<name>/train.json: the small file the orchestrators track."""
+        return layout.experiment_dir(self.name) / "train.json"
+
+    @property
+    def curve_files(self) -> tuple[Path, Path]:
+        return layout.train_steps_file(self.name), layout.dev_curve_file(self.name)
+
+    @property
+    def code_modules(self) -> tuple[str, ...]:
+        return train_code_modules(self.settings.objective)
+
+    @property
+    def code_files(self) -> tuple[str, ...]:
+        return code_files(self.code_modules)
+
+    def config(self) -> dict[str, Any]:
+        """config.json of the run: its identity (what the id hashes) and resolved settings."""
+        return {
+            "run_id": self.run_id,
+            "experiment": self.name,
+            "method": self.method,
+            "backbone": self.backbone,
+            "seed": self.seed,
+            "identity": self.identity,
+            "settings": self.settings.model_dump(mode="json"),
+            "backbone_spec": self.backbone_spec.model_dump(mode="json"),
+            "corpus": str(self.corpus),
+            "triplets": str(self.triplets) if self.triplets else None,
+            "triplets_id": self.triplets_id,
+        }
+
 
 def make_run(params: Params, method: str, backbone: str, seed: int) -> Run:
     settings = params.resolve(method, backbone)
     train = settings.train.model_dump(mode="json", exclude=set(EXECUTION_ONLY_TRAIN_KEYS))
-    needs_triplets = settings.objective.needs_triplets
-    tid = triplets_id(params, backbone) if needs_triplets else None
+    tid = triplets_id(params, backbone) if settings.objective.needs_triplets else None
     identity = {
         "id_schema": ID_SCHEMA,
         "objective": settings.objective.model_dump(mode="json"),
         "temperature": settings.temperature.model_dump(mode="json"),
         "train": train,
-        "backbone": backbone_identity(params.backbones[backbone]),
+        "backbone": params.backbones[backbone].model_dump(mode="json"),
         "seed": seed,
         "corpus": corpus_identity(params),
         "triplets": tid,
         "dev_set": dev_set_identity(),
+        "code": code_identity(train_code_modules(settings.objective)),
+        "environment": id_environment(params.identity.environment),
     }
     return Run(
         name=experiment_name(method, backbone, seed),
@@ -116,6 +205,8 @@ def make_run(params: Params, method: str, backbone: str, seed: int) -> Run:
         seed=seed,
         settings=settings,
         backbone_spec=params.backbones[backbone],
+        corpus=layout.corpus_file(params.data.corpus),
+        max_sentences=params.data.max_sentences,
         triplets_id=tid,
         identity=identity,
     )
@@ -128,10 +219,37 @@ def plan_runs(params: Params) -> dict[str, Run]:
         for method in group.methods:
             for backbone in group.backbones:
                 for seed in group.seeds:
-                    run = make_run(params, method, backbone, seed)
-                    runs.setdefault(run.name, run)
+                    name = experiment_name(method, backbone, seed)
+                    if name not in runs:
+                        runs[name] = make_run(params, method, backbone, seed)
     return runs
 
 
 def plan_baselines(params: Params) -> dict[str, BaselineParams]:
     return {baseline_name(name): spec for name, spec in params.baselines.items()}
+
+
+def evaluated_identity(name: str, params: Params, runs: dict[str, Run]) -> dict[str, Any]:
+    """What an evaluation scores: a run (by id) or a baseline (its pretrained backbone)."""
+    if name in runs:
+        return {"run_id": runs[name].run_id}
+    baseline = plan_baselines(params)[name]
+    return {
+        "baseline": baseline.model_dump(mode="json"),
+        "backbone": params.backbones[baseline.backbone].model_dump(mode="json"),
+    }
+
+
+def evaluation_id(stage: str, name: str, params: Params, runs: dict[str, Run]) -> str:
+    """Content address of evaluation ``stage`` ('senteval', 'mteb') of experiment ``name``: what
+    it scores, its params section, its protocol's code and the environment switch."""
+    section = getattr(params, stage).model_dump(mode="json")
+    return content_hash(
+        {
+            "stage": stage,
+            "evaluated": evaluated_identity(name, params, runs),
+            "params": section,
+            "code": code_identity(EVALUATION_CODE[stage]),
+            "environment": id_environment(params.identity.environment),
+        }
+    )

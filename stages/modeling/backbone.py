@@ -14,7 +14,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.params import BackboneParams
+from stages.core.params import BackboneParams
 
 PACKAGE_PREFIX = "package:"
 

@@ -27,10 +27,10 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from stages.core.params import POOLERS
 from stages.modeling.backbone import resolve_model_location
 from stages.modeling.checkpoint import ENCODER_FILE, read_encoder_info
 from stages.modeling.pooling import needs_hidden_states, pool
-from stages.params import POOLERS
 
 Precision = Literal["fp32", "bf16", "fp16"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

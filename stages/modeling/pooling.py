@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from stages.params import POOLERS
+from stages.core.params import POOLERS
 
 
 def needs_hidden_states(pooler: str) -> bool:

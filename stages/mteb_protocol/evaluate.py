@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from stages.core.mteb_task_sets import task_names
 from stages.mteb_protocol.local_data import (
     LocalPairs,
     LocalSource,
@@ -42,7 +43,7 @@ from stages.mteb_protocol.local_data import (
     local_tasks,
 )
 from stages.mteb_protocol.model import MtebEncoder
-from stages.mteb_protocol.task_sets import build_tasks, task_names
+from stages.mteb_protocol.tasks import build_tasks
 
 if TYPE_CHECKING:
     from mteb.abstasks.abstask import AbsTask

@@ -15,12 +15,15 @@ Per-anchor losses are averaged over all anchors (inactive ones included), one di
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field
 
-from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.core.objective_settings import (
+    AlignUniformSettings,
+    DCLPlusSettings,
+    DCLSettings,
+)
+from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import (
     SQUARED_DISTANCE_FLOOR,
     gram,
@@ -64,26 +67,8 @@ def dcl_per_anchor(cos: torch.Tensor, tau: float) -> torch.Tensor:
     return negatives.logsumexp(dim=1) - logits.diagonal()
 
 
-Implementation = Literal["paper", "code"]
-
-
-class AlignUniform(ObjectiveParams):
+class AlignUniform(AlignUniformSettings, Objective):
     """(1 - lambda) L_align(alpha) + lambda L_uniform(t) (eqs. 2-4, 29)."""
-
-    name: Literal["align_uniform"]
-    uniformity_weight: float = Field(
-        0.1,
-        gt=0,
-        lt=1,
-        description="lambda (Table 2: 0.1 BERT-base/large, 0.2 RoBERTa-base, 0.4 RoBERTa-large)",
-    )
-    alpha: float = Field(2.0, gt=0, description="alignment exponent (Table 2: 2)")
-    t: float = Field(6.0, gt=0, description="uniformity scale (Table 2: 6; the metric uses 2)")
-    implementation: Implementation = Field(
-        "paper",
-        description="paper: cross-view uniformity of eq. 29; code: the released code's "
-        "within-view uniformity averaged over both views (+2t)",
-    )
 
     def compute(
         self,
@@ -104,19 +89,9 @@ class AlignUniform(ObjectiveParams):
         return LossOutput((1 - lam) * align + lam * uniform, stats)
 
 
-class DCL(ObjectiveParams):
+class DCL(DCLSettings, Objective):
     """Decoupled contrastive loss (Yeh et al.) as in Nie et al. eq. 5: cross-view negatives only,
     one direction."""
-
-    name: Literal["dcl"]
-    tau: float = Field(
-        0.03,
-        gt=0,
-        description="temperature (Table 2: 0.03 BERT-base, 0.01 BERT-large, "
-        "0.02 RoBERTa-base/large)",
-    )
-
-    uses_temperature: ClassVar[bool] = True
 
     def compute(
         self,
@@ -131,18 +106,8 @@ class DCL(ObjectiveParams):
         return LossOutput(dcl_per_anchor(cos, tau).mean(), view_stats(h, h_pos))
 
 
-class DCLPlus(ObjectiveParams):
+class DCLPlus(DCLPlusSettings, Objective):
     """max(L_dcl, 0) per anchor (eq. 10): the gradient of anchors with L_dcl < 0 is cut."""
-
-    name: Literal["dcl_plus"]
-    tau: float = Field(
-        0.17,
-        gt=0,
-        description="temperature (Table 2: 0.17 BERT-base, 0.18 BERT-large, "
-        "0.15 RoBERTa-base, 0.17 RoBERTa-large)",
-    )
-
-    uses_temperature: ClassVar[bool] = True
 
     def compute(
         self,

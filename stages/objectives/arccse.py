@@ -15,12 +15,11 @@ ArcCSE (eq. 5): L = L_arc + lambda * L_tri, lambda = 0.1.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field
 
-from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.core.objective_settings import ArcConSettings, ArcCSESettings
+from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import angle, normalize, row_cosines, view_stats
 from stages.objectives.infonce import cross_entropy_per_anchor
 
@@ -39,25 +38,9 @@ def triplet_per_example(
     return torch.relu(row_cosines(h, h_long) - row_cosines(h, h_short) + margin)
 
 
-def _margin_field(default: float) -> Any:
-    return Field(
-        default,
-        ge=0,
-        lt=180,
-        description="additive angular margin m on the positive pair, in degrees "
-        "(ArcCSE: 10 on every backbone; 0 gives NT-Xent)",
-    )
-
-
-class ArcCon(ObjectiveParams):
+class ArcCon(ArcConSettings, Objective):
     """ArcCon loss alone (ArcCSE 'w/o Triplet loss'; the ArcCon baseline of SimACE and of the
     temperature cool-down paper)."""
-
-    name: Literal["arccon"]
-    tau: float = Field(0.05, gt=0, description="temperature (ArcCSE: 0.05 on every backbone)")
-    margin_deg: float = _margin_field(10.0)
-
-    uses_temperature: ClassVar[bool] = True
 
     def compute(
         self,
@@ -73,26 +56,13 @@ class ArcCon(ObjectiveParams):
         return LossOutput(loss.mean(), view_stats(h, h_pos))
 
 
-class ArcCSE(ObjectiveParams):
+class ArcCSE(ArcCSESettings, Objective):
     """L_arc + lambda * L_tri (eq. 5). ``margin_deg: 0`` is the 'w/o ArcCon loss' ablation
     (NT-Xent + lambda * L_tri); the 'w/o Triplet loss' ablation is the ``arccon`` objective.
 
     ``triplets`` = (h, h', h'') for the step's sentences with at least 25 words (dropout off);
     None or empty tensors when the step has none, which contributes 0.
     """
-
-    name: Literal["arccse"]
-    tau: float = Field(0.05, gt=0, description="temperature of ArcCon (0.05 on every backbone)")
-    margin_deg: float = _margin_field(10.0)
-    triplet_weight: float = Field(
-        0.1, gt=0, description="lambda, weight of the triplet loss (0.1 on every backbone)"
-    )
-    triplet_margin: float = Field(
-        0.0, ge=0, lt=2, description="m of the triplet hinge on cosines (0 on every backbone)"
-    )
-
-    uses_temperature: ClassVar[bool] = True
-    needs_triplets: ClassVar[bool] = True
 
     def compute(
         self,

@@ -1,20 +1,19 @@
 """The contract every training objective follows.
 
-An objective is a small frozen pydantic model holding its hyperparameters (validated when
-params.yaml is loaded). Callers use ``objective(z, z_pos, tau=..., triplets=...)``, which checks
-the inputs, turns autocast off and upcasts half-precision inputs, so every loss is computed in at
-least fp32 (safe under bf16/fp16 autocast); subclasses implement ``compute`` on those inputs.
-Objectives are pure functions of their inputs: no state, no device logic, no host-device sync.
+An objective's loss class subclasses its settings (``stages.core.objective_settings``: the
+hyperparameters, validated when params.yaml is loaded) and ``Objective``. Callers use ``objective(z,
+z_pos, tau=..., triplets=...)``, which checks the inputs, turns autocast off and upcasts half-
+precision inputs, so every loss is computed in at least fp32 (safe under bf16/fp16 autocast);
+subclasses implement ``compute`` on those inputs. Objectives are pure functions of their inputs: no
+state, no device logic, no host-device sync.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
 
 from stages.objectives.geometry import upcast
 
@@ -29,16 +28,10 @@ class LossOutput:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-class ObjectiveParams(BaseModel):
-    """Base class of every objective. Subclasses set ``name: Literal[...]`` and their fields."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    # Whether the objective reads a temperature (and so accepts a temperature schedule).
-    uses_temperature: ClassVar[bool] = False
-    # Whether the trainer must encode ArcCSE masked triplets (dropout off) for this objective.
-    needs_triplets: ClassVar[bool] = False
+class Objective:
+    """The loss of an objective: mixed into a subclass of its settings, which gives ``name``,
+    ``uses_temperature``, ``needs_triplets`` and the hyperparameters (not annotated here: pydantic
+    would take annotations for fields)."""
 
     @property
     def initial_tau(self) -> float | None:

@@ -15,23 +15,12 @@ floors the hardest similarity at 0 (MPT) and caps the smallest negative angle at
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
 
 import torch
-from pydantic import Field
 
-from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.core.objective_settings import Implementation, MATSettings, METSettings, MPTSettings
+from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import angle, distance, normalize, off_diagonal, view_stats
-
-Implementation = Literal["paper", "code"]
-
-
-def _implementation_field() -> Any:
-    return Field(
-        "paper",
-        description="paper: hardest negative per anchor (row); code: the released code's "
-        "hardest negative per positive (column), diagonal filled with cosine 0",
-    )
 
 
 def _hardest(values: torch.Tensor, largest: bool, dim: int) -> torch.Tensor:
@@ -77,18 +66,8 @@ def _hinge_output(stats: dict[str, torch.Tensor], per_anchor: torch.Tensor) -> L
     return LossOutput(per_anchor.mean(), stats)
 
 
-class MPT(ObjectiveParams):
+class MPT(MPTSettings, Objective):
     """Minimum dot-Product Triplet loss (eq. 13)."""
-
-    name: Literal["mpt"]
-    margin: float = Field(
-        0.23,
-        ge=0,
-        le=2,
-        description="m on cosines (Table 2: 0.23 BERT-base, 0.24 BERT-large, "
-        "0.29 RoBERTa-base, 0.31 RoBERTa-large)",
-    )
-    implementation: Implementation = _implementation_field()
 
     def compute(
         self,
@@ -105,18 +84,8 @@ class MPT(ObjectiveParams):
         )
 
 
-class MET(ObjectiveParams):
+class MET(METSettings, Objective):
     """Minimum Euclidean distance Triplet loss (eq. 14)."""
-
-    name: Literal["met"]
-    margin: float = Field(
-        0.45,
-        ge=0,
-        le=2,
-        description="m on distances (Table 2: 0.45 BERT-base, 0.50 "
-        "BERT-large, 0.43 RoBERTa-base, 0.45 RoBERTa-large)",
-    )
-    implementation: Implementation = _implementation_field()
 
     def compute(
         self,
@@ -133,18 +102,8 @@ class MET(ObjectiveParams):
         )
 
 
-class MAT(ObjectiveParams):
+class MAT(MATSettings, Objective):
     """Minimum Angle Triplet loss (eq. 15)."""
-
-    name: Literal["mat"]
-    margin_pi: float = Field(
-        0.15,
-        ge=0,
-        le=1,
-        description="m in units of pi (Table 2: 0.15 BERT-base, 0.17 "
-        "BERT-large, 0.14 RoBERTa-base, 0.13 RoBERTa-large)",
-    )
-    implementation: Implementation = _implementation_field()
 
     def compute(
         self,

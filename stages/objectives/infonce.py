@@ -6,13 +6,11 @@ denominator includes the positive (j = i). Row-wise, one direction, as in SimCSE
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
-
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 
-from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.core.objective_settings import InfoNCESettings
+from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import normalize, view_stats
 
 
@@ -22,13 +20,8 @@ def cross_entropy_per_anchor(logits: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, labels, reduction="none")
 
 
-class InfoNCE(ObjectiveParams):
+class InfoNCE(InfoNCESettings, Objective):
     """-log softmax_j(cos(z_i, z'_j) / tau)[i], mean over anchors; negatives include j != i."""
-
-    name: Literal["infonce"]
-    tau: float = Field(0.05, gt=0, description="temperature (SimCSE: 0.05 on every backbone)")
-
-    uses_temperature: ClassVar[bool] = True
 
     def compute(
         self,

@@ -1,42 +1,29 @@
-"""Every objective selectable by ``name`` in params.yaml.
+"""Losses by objective name, imported only when asked for.
 
-Adding an objective: write one module with an ``ObjectiveParams`` subclass, add it to
-``OBJECTIVES`` below, and add one test file. The params schema picks it up from here.
+The names, settings and ``module:Class`` of every loss are declared once, torch-free, in
+``stages.core.objective_settings.OBJECTIVES``; this module turns validated settings into the loss
+that computes them. A run's code identity covers exactly its own loss module (and what that
+imports), so editing one objective retrains only the runs that use it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Union, get_args
+import importlib
 
-from pydantic import Field
+from stages.core.objective_settings import SETTINGS_BY_NAME, ObjectiveSettings, loss_location
+from stages.objectives.base import Objective
 
-from stages.objectives.alignment_uniformity import DCL, AlignUniform, DCLPlus
-from stages.objectives.arccse import ArcCon, ArcCSE
-from stages.objectives.base import ObjectiveParams
-from stages.objectives.hardest_negative import MAT, MET, MPT
-from stages.objectives.infonce import InfoNCE
-from stages.objectives.simace import SimACE
-from stages.objectives.unified_gradient import AlignMHE, AlignMHS, BarlowTwins, VICReg
 
-OBJECTIVES: tuple[type[ObjectiveParams], ...] = (
-    InfoNCE,  # SimCSE (Gao et al., 2021)
-    ArcCon,  # ArcCSE (Zhang et al., 2022)
-    ArcCSE,
-    SimACE,  # SimACE
-    AlignUniform,  # Nie et al. (ICLR 2023)
-    DCL,
-    DCLPlus,
-    MPT,
-    MET,
-    MAT,
-    AlignMHE,  # Li, Zhang, Nie (ACL 2024)
-    AlignMHS,
-    BarlowTwins,
-    VICReg,
-)
+def loss_class(name: str) -> type[Objective]:
+    module, cls = loss_location(name)
+    return getattr(importlib.import_module(module), cls)
 
-ObjectiveConfig = Annotated[Union[OBJECTIVES], Field(discriminator="name")]  # noqa: UP007
 
-OBJECTIVES_BY_NAME: dict[str, type[ObjectiveParams]] = {
-    get_args(cls.model_fields["name"].annotation)[0]: cls for cls in OBJECTIVES
-}
+def build_objective(settings: ObjectiveSettings) -> Objective:
+    """The loss configured by ``settings`` (already validated)."""
+    return loss_class(settings.name).model_validate(settings.model_dump())
+
+
+def all_loss_classes() -> dict[str, type[Objective]]:
+    """Every loss class by name (imports them all: tests, benchmarks, the figures stage)."""
+    return {name: loss_class(name) for name in SETTINGS_BY_NAME}

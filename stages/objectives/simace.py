@@ -12,12 +12,11 @@ not the "10 (radians)" of the prose. Table 14's "m = -10" ablation is ``margin_d
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field
 
-from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.core.objective_settings import SimACESettings
+from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import angular_similarity, normalize, view_stats
 from stages.objectives.infonce import cross_entropy_per_anchor
 
@@ -28,22 +27,8 @@ def simace_logits(cos: torch.Tensor, tau: float, margin: float) -> torch.Tensor:
     return (s - margin * torch.eye(s.size(0), dtype=s.dtype, device=s.device)) / tau
 
 
-class SimACE(ObjectiveParams):
+class SimACE(SimACESettings, Objective):
     """InfoNCE on the angular similarity arcsin(cos) with a margin on the positive (eq. 9)."""
-
-    name: Literal["simace"]
-    tau: float = Field(
-        0.06, gt=0, description="temperature (Table 7: 0.06 BERT-base/large, 0.05 RoBERTa)"
-    )
-    margin_deg: float = Field(
-        10.0,
-        ge=-90,
-        le=90,
-        description="m in degrees, subtracted from the positive's angular similarity "
-        "(Table 7: 10 on every backbone; Table 14 ablates 0 and -10)",
-    )
-
-    uses_temperature: ClassVar[bool] = True
 
     def compute(
         self,

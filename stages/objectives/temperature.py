@@ -13,56 +13,21 @@ ratio. Steps t are 1-based optimizer steps, as in the paper (HF Trainer: global_
 
 from __future__ import annotations
 
-from typing import Literal, Self
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from stages.core.temperature_settings import TemperatureSchedule
 
 
-class TemperatureSchedule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    schedule: Literal["constant", "tcc", "tcs", "linear"] = Field(
-        "constant",
-        description="constant; tcc = cool-down with a constant (eq. 2); tcs = with a step "
-        "function (eq. 3); linear = linear cool-down TCL (eq. 4)",
-    )
-    initial_tau: float | None = Field(
-        None, gt=0, description="tau_i, the starting temperature (Table 6: 0.06-0.10)"
-    )
-    step_ratio: float | None = Field(
-        None,
-        gt=0,
-        le=1,
-        description="r_s: the cool-down ends at step r_s * total_steps (Table 6: 0.013-0.028)",
-    )
-
-    @model_validator(mode="after")
-    def _cool_down_needs_its_parameters(self) -> Self:
-        given = self.initial_tau is not None or self.step_ratio is not None
-        if self.schedule == "constant" and given:
-            raise ValueError(
-                "initial_tau and step_ratio only apply to a cool-down (schedule tcc, tcs or "
-                "linear); schedule 'constant' uses the objective's tau throughout"
-            )
-        if self.schedule != "constant" and (self.initial_tau is None or self.step_ratio is None):
-            raise ValueError(
-                f"schedule '{self.schedule}' needs both initial_tau (tau_i > 0) and "
-                "step_ratio (r_s in (0, 1])"
-            )
-        return self
-
-    def tau_at(self, step: int, total_steps: int, tau: float) -> float:
-        """Temperature at 1-based optimizer ``step`` of ``total_steps``."""
-        if step < 1 or total_steps < 1:
-            raise ValueError(f"steps are 1-based: got step {step} of {total_steps}")
-        if self.schedule == "constant":
-            return tau
-        assert self.initial_tau is not None and self.step_ratio is not None
-        end = self.step_ratio * total_steps
-        if step >= end:
-            return tau
-        if self.schedule == "tcc":
-            return self.initial_tau
-        if self.schedule == "tcs":
-            return self.initial_tau if step < 0.5 * end else 0.5 * (self.initial_tau + tau)
-        return self.initial_tau - (self.initial_tau - tau) / end * step
+def tau_at(schedule: TemperatureSchedule, step: int, total_steps: int, tau: float) -> float:
+    """Temperature at 1-based optimizer ``step`` of ``total_steps``."""
+    if step < 1 or total_steps < 1:
+        raise ValueError(f"steps are 1-based: got step {step} of {total_steps}")
+    if schedule.schedule == "constant":
+        return tau
+    assert schedule.initial_tau is not None and schedule.step_ratio is not None
+    end = schedule.step_ratio * total_steps
+    if step >= end:
+        return tau
+    if schedule.schedule == "tcc":
+        return schedule.initial_tau
+    if schedule.schedule == "tcs":
+        return schedule.initial_tau if step < 0.5 * end else 0.5 * (schedule.initial_tau + tau)
+    return schedule.initial_tau - (schedule.initial_tau - tau) / end * step

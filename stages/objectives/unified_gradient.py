@@ -35,16 +35,18 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field
 
+from stages.core.objective_settings import (
+    AlignMHESettings,
+    AlignMHSSettings,
+    BarlowTwinsSettings,
+    VICRegSettings,
+)
 from stages.objectives.alignment_uniformity import log_mean_offdiagonal_exp
-from stages.objectives.base import LossOutput, ObjectiveParams, Triplets
+from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import distance, gram, normalize, off_diagonal, view_stats
-
-Implementation = Literal["paper", "code"]
 
 # The released code adds this inside the square root of MHS distances (weights <= 100).
 _CODE_MHS_DISTANCE_OFFSET = 1e-4
@@ -96,31 +98,8 @@ def _nearest_neighbour_distance(
     return masked.min(dim=1)
 
 
-class _UnifiedGradientObjective(ObjectiveParams):
-    gradient_dissipation: bool = Field(
-        False, description="GD: stop the gradient of anchors with h_i.h'_i - max_k h_i.h'_k >= m"
-    )
-    static_ratio: bool = Field(False, description="R: the positive's pull is r * sum_j W_ij")
-    margin: float = Field(
-        0.30,
-        ge=0,
-        le=2,
-        description="m of the GD test (Table 6: 0.30 BERT-base; RoBERTa-base "
-        "0.30 MHE, 0.27 MHS, 0.37 BT and VICReg)",
-    )
-    ratio: float = Field(1.5, gt=0, description="r, the static ratio")
-    implementation: Implementation = Field(
-        "paper",
-        description="paper: the paper's equations (cross-view GD, R = r exactly); code: the "
-        "released code (same-view GD, positive pulled by both views, MHE t = 1/2, MHS "
-        "neighbour in the other view)",
-    )
-
-    @property
-    def modified(self) -> bool:
-        # MHS has no softmax_weight switch: its weight needs no modification (Table 5).
-        softmax_weight = getattr(self, "softmax_weight", False)
-        return self.gradient_dissipation or softmax_weight or self.static_ratio
+class _UnifiedGradientObjective(Objective):
+    """The shared loss: original form, or the paradigm gradient with the switches on."""
 
     def compute(
         self,
@@ -178,20 +157,8 @@ class _UnifiedGradientObjective(ObjectiveParams):
         return 2 / positives.size(0) * positives
 
 
-class AlignMHE(_UnifiedGradientObjective):
+class AlignMHE(AlignMHESettings, _UnifiedGradientObjective):
     """Alignment + MHE uniformity; modified: L^mMHE (eq. 14), gradient eq. 16."""
-
-    name: Literal["align_mhe"]
-    softmax_weight: bool = Field(
-        False, description="W: nu := 1 and uniformity log sum_{k<l} e^{h_k.h_l / tau}"
-    )
-    uniformity_weight: float = Field(
-        10.0, gt=0, description="nu^u of the original (released scripts: 10; unused with W)"
-    )
-    tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
-    ratio: float = Field(1.75, gt=0, description="r (Table 6: 1.75 BERT-base, 1.25 RoBERTa-base)")
-
-    uses_temperature: ClassVar[bool] = True
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
         uniformity = sum(log_mean_offdiagonal_exp(gram(x), t=1.0) for x in (h, h_pos))
@@ -222,16 +189,10 @@ class AlignMHE(_UnifiedGradientObjective):
         return nu * sum(uniformity) + sum((align * c * r / 2).sum() for c in coefficients)
 
 
-class AlignMHS(_UnifiedGradientObjective):
+class AlignMHS(AlignMHSSettings, _UnifiedGradientObjective):
     """Alignment + MHS uniformity; modified: L^mMHS (eq. 15), gradient eq. 17 (divided by N: the
     code averages over anchors). Its weight is already hardest-negative-only, so there is no W
     switch (Table 5, '-*')."""
-
-    name: Literal["align_mhs"]
-    uniformity_weight: float = Field(
-        1.0, gt=0, description="nu^u multiplying the anchors' mean MHS term (released scripts: 1)"
-    )
-    ratio: float = Field(1.75, gt=0, description="r (Table 6: 1.75 BERT-base, 1.00 RoBERTa-base)")
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
         separation = sum(-_nearest_neighbour_distance(x, x, 0.0).values.mean() for x in (h, h_pos))
@@ -255,21 +216,9 @@ class AlignMHS(_UnifiedGradientObjective):
         return loss
 
 
-class BarlowTwins(_UnifiedGradientObjective):
+class BarlowTwins(BarlowTwinsSettings, _UnifiedGradientObjective):
     """Barlow Twins on l2-normalized views (cross-view correlation); modified: L^mB (eq. 6),
     gradient eq. 18. The weights come from the other view: W_ij ~ h'_i.h'_j (eq. 10)."""
-
-    name: Literal["barlow_twins"]
-    softmax_weight: bool = Field(
-        False, description="W: nu := 1 and W_ij = e^{h'_i.h'_j/tau} / sum_{k != l} e^{...}"
-    )
-    off_diagonal_weight: float = Field(
-        30.0, gt=0, description="nu^B of the original (released scripts: 30; unused with W)"
-    )
-    tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
-    ratio: float = Field(1.5, gt=0, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
-
-    uses_temperature: ClassVar[bool] = True
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
         """Without the D x D matrix C (O(N d^2)): C_kk = mean_i h_ik h'_ik, and
@@ -311,21 +260,9 @@ class BarlowTwins(_UnifiedGradientObjective):
         return loss
 
 
-class VICReg(_UnifiedGradientObjective):
+class VICReg(VICRegSettings, _UnifiedGradientObjective):
     """VICReg as analysed in the paper (gradient eq. 11, Tao et al.); modified: L^mV (eq. 13),
     gradient eq. 19. The weights come from the anchor's own view: W_ij ~ h_i.h_j."""
-
-    name: Literal["vicreg"]
-    softmax_weight: bool = Field(
-        False, description="W: nu := 1 and W_ij = e^{h_i.h_j/tau} / sum_{k != l} e^{...}"
-    )
-    covariance_weight: float = Field(
-        30.0, gt=0, description="nu^V of eq. 11 (released scripts: 30; unused with W)"
-    )
-    tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
-    ratio: float = Field(1.5, gt=0, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
-
-    uses_temperature: ClassVar[bool] = True
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
         n = h.size(0)

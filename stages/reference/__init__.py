@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from stages.params import STS_TASKS, TRANSFER_TASKS
+from stages.core.params import STS_TASKS, TRANSFER_TASKS
 
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
 

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stages import layout
-from stages.experiments import plan_baselines, plan_runs
-from stages.params import Params
+from stages.core import layout
+from stages.core.params import Params
+from stages.core.runs import plan_baselines, plan_runs
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
 from stages.senteval_protocol.sts import ALIGNMENT_THRESHOLD

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stages.atomic import atomic_path
+from stages.core.atomic import atomic_path
 
 
 def texts_digest(texts: list[str]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from stages.senteval_protocol.evaluate import EmbeddingTable, Encode
+from stages.senteval_protocol.embeddings import EmbeddingTable, Encode
 from stages.senteval_protocol.loaders import downstream_dir, load_stsb_dev
 from stages.senteval_protocol.sts import alignment_uniformity, correlations, cosine_similarities
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import torch
 
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.classifier import MODES
+from stages.senteval_protocol.embeddings import EmbeddingTable, Encode
 from stages.senteval_protocol.loaders import (
     STS_YEARS,
     TASKS,
@@ -37,12 +38,7 @@ from stages.senteval_protocol.sts import (
 )
 from stages.senteval_protocol.transfer import run_transfer
 
-Encode = Callable[[list[str]], Any]
 log = logging.getLogger(__name__)
-
-
-class EncoderOutputError(ValueError):
-    """The encode callable returned something that is not one finite row per sentence."""
 
 
 def evaluate(
@@ -123,59 +119,6 @@ def evaluate(
             table(dev.sent1), table(dev.sent2), dev.scores
         )
     return out
-
-
-class EmbeddingTable:
-    """Text -> embedding for one evaluation: every distinct text is encoded once, however many
-    tasks contain it, or read from the cache; calling the table looks texts up."""
-
-    def __init__(
-        self,
-        encode: Encode,
-        batch_size: int | None,
-        cache: EmbeddingCache | None,
-        empty_sentence: str,
-    ) -> None:
-        self.encode = encode
-        self.batch_size = batch_size
-        self.cache = cache
-        self.empty_sentence = empty_sentence
-        self.rows: dict[str, np.ndarray] = {}
-        self.dim: int | None = None
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        return np.stack([self.rows[t] for t in texts])
-
-    def add(self, task: str, texts: list[str]) -> str:
-        """Make every text of ``task`` available; says where they came from."""
-        distinct = sorted(set(texts))
-        stored = self.cache.load(task, distinct) if self.cache else None
-        if stored is not None:
-            self.rows.update(zip(distinct, stored, strict=True))
-            return "cache"
-        missing = sorted((t for t in distinct if t not in self.rows), key=len)
-        step = self.batch_size or max(len(missing), 1)
-        for start in range(0, len(missing), step):
-            self._encode(missing[start : start + step])
-        if self.cache:
-            self.cache.store(task, distinct, self(distinct))
-        return "encoded" if missing else "memory"
-
-    def _encode(self, texts: list[str]) -> None:
-        raw = self.encode([t or self.empty_sentence for t in texts])
-        out = np.asarray(raw.detach().cpu() if isinstance(raw, torch.Tensor) else raw)
-        if out.ndim != 2 or len(out) != len(texts) or (self.dim and out.shape[1] != self.dim):
-            raise EncoderOutputError(
-                f"encode returned shape {out.shape} for {len(texts)} sentences; expected "
-                f"({len(texts)}, {self.dim or 'dim'})"
-            )
-        out = out.astype(np.float32, copy=False)
-        finite = np.isfinite(out).all(axis=1)
-        if not finite.all():
-            bad = texts[int(np.argmin(finite))]
-            raise EncoderOutputError(f"encode returned a non-finite embedding, e.g. for {bad!r}")
-        self.dim = out.shape[1]
-        self.rows.update(zip(texts, out, strict=True))
 
 
 def _brief(name: str, result: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.atomic import atomic_path
+from stages.core.atomic import atomic_path
 from stages.triplet_masking import split_lines
 from stages.triplets import read_triplets
 

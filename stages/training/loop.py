@@ -29,14 +29,16 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.atomic import atomic_path, write_json
-from stages.cli import StageError
+from stages.core.atomic import atomic_path, write_json
+from stages.core.errors import StageError
+from stages.core.params import BackboneParams, TrainParams
+from stages.core.run_store import CONFIG_FILE, LOG_FILE, METRICS_FILE
+from stages.core.temperature_settings import TemperatureSchedule
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
-from stages.objectives.base import LossOutput, ObjectiveParams
+from stages.objectives.base import LossOutput, Objective
 from stages.objectives.diagnostics import batch_diagnostics
-from stages.objectives.temperature import TemperatureSchedule
-from stages.params import BackboneParams, TrainParams
+from stages.objectives.temperature import tau_at
 from stages.training import distributed as dist_util
 from stages.training.data import (
     BatchPlan,
@@ -67,9 +69,6 @@ from stages.training.resume import (
 )
 from stages.training.runtime import Runtime, resolve_runtime
 
-CONFIG_FILE = "config.json"
-LOG_FILE = "log.jsonl"
-METRICS_FILE = "metrics.json"
 RUN_CONFIG_IN_MODEL = "run.json"
 # InfoNCE's gradient norms in the batch diagnostics of objectives without a temperature use
 # SimCSE's tau (paper 003's training-set curves, spec B.7: "tau = 0.05").
@@ -81,7 +80,7 @@ class TrainJob:
     """Everything one training run needs; built from a planned Run by ``stages.train``."""
 
     run_id: str
-    objective: ObjectiveParams
+    objective: Objective
     temperature: TemperatureSchedule
     train: TrainParams
     backbone: BackboneParams
@@ -108,7 +107,7 @@ class Batch:
 def contrastive_loss(
     model: nn.Module,
     batch: Batch,
-    objective: ObjectiveParams,
+    objective: Objective,
     tau: float | None,
     runtime: Runtime,
     ctx: Distributed,
@@ -369,7 +368,7 @@ class _Training:
         )
         objective = job.objective
         tau = (
-            job.temperature.tau_at(t, self.total_steps, objective.initial_tau)
+            tau_at(job.temperature, t, self.total_steps, objective.initial_tau)
             if objective.uses_temperature and objective.initial_tau is not None
             else None
         )

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import torch
 
-from stages.cli import StageError
+from stages.core.errors import StageError
 
 
 class NonFiniteLossError(StageError):
@@ -99,8 +99,3 @@ class JsonlLog:
 
     def close(self) -> None:
         self._file.close()
-
-
-def read_log(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from stages.atomic import atomic_path
+from stages.core.atomic import atomic_path
 
 CHECKPOINT_PREFIX = "checkpoint-"
 STATE_FILE = "state.pt"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from stages.cli import StageError
+from stages.core.errors import StageError
 
 
 @dataclass(frozen=True)

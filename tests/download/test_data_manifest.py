@@ -7,8 +7,8 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from stages.data_manifest import Dataset, load_manifest
-from stages.params import DataParams
+from stages.core.data_manifest import Dataset, load_manifest
+from stages.core.params import DataParams
 
 SHA = "0" * 64
 

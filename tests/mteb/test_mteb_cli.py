@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from mteb_testing import save_tiny_bert, write_stsb
 
-from stages.cli import StageError, run
+from stages.cli import run
+from stages.core.errors import StageError
 from stages.evaluate_mteb import main
 from stages.modeling.encoder import SentenceEncoder
 

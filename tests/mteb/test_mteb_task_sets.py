@@ -8,16 +8,16 @@ from pathlib import Path
 import mteb
 import pytest
 
-from stages.mteb_protocol.task_sets import (
+from stages.core.mteb_task_sets import (
     SIMACE56,
     SIMACE56_BENCHMARK,
     STS7,
     TASK_SETS,
-    build_tasks,
     task_names,
     unknown_task_names,
 )
-from stages.params import MtebParams, ParamsError, load_params
+from stages.core.params import MtebParams, ParamsError, load_params
+from stages.mteb_protocol.tasks import build_tasks
 
 PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from stages.objectives.base import ObjectiveParams
-from stages.objectives.registry import OBJECTIVES_BY_NAME
+from stages.objectives.base import Objective
+from stages.objectives.registry import loss_class
 
 N, D = 8, 16
 
@@ -26,8 +26,8 @@ def views(n: int = N, d: int = D, seed: int = 0, unit: bool = False, correlated:
     return z.requires_grad_(), z_pos.requires_grad_()
 
 
-def objective(name: str, **hyperparameters) -> ObjectiveParams:
-    return OBJECTIVES_BY_NAME[name](name=name, **hyperparameters)
+def objective(name: str, **hyperparameters) -> Objective:
+    return loss_class(name)(name=name, **hyperparameters)
 
 
 def numpy_unit(x: torch.Tensor) -> np.ndarray:

@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from objective_testing import objective
 
-from stages.objectives.registry import OBJECTIVES_BY_NAME
+from stages.objectives.registry import all_loss_classes
 
 ALL_SWITCHES = {"gradient_dissipation": True, "static_ratio": True}
 
 
 def configurations() -> list[tuple[str, dict]]:
-    configs = [(name, {}) for name in OBJECTIVES_BY_NAME]
+    configs = [(name, {}) for name in all_loss_classes()]
     configs += [
         (name, {"implementation": "code"}) for name in ("align_uniform", "mpt", "met", "mat")
     ]
@@ -62,7 +62,7 @@ def test_degenerate_views_stay_finite(name, hyperparameters, case):
 def test_low_temperature_stays_finite(name, hyperparameters):
     z = base_views().requires_grad_()
     z_pos = (base_views() + 0.5 * z.detach()).requires_grad_()
-    tau = 0.01 if OBJECTIVES_BY_NAME[name].uses_temperature else None
+    tau = 0.01 if all_loss_classes()[name].uses_temperature else None
     assert_finite(run(name, hyperparameters, z, z_pos, tau=tau).loss, z, z_pos)
 
 

@@ -9,8 +9,9 @@ import math
 import pytest
 import yaml
 
-from stages.objectives.registry import OBJECTIVES, OBJECTIVES_BY_NAME
-from stages.params import DEFAULT_PARAMS, ParamsError, parse_params
+from stages.core.objective_settings import OBJECTIVES, SETTINGS_BY_NAME
+from stages.core.params import DEFAULT_PARAMS, ParamsError, parse_params
+from stages.objectives.registry import all_loss_classes, build_objective
 
 BERT_BASE_DEFAULTS = {
     "infonce": {"tau": 0.05},
@@ -40,15 +41,23 @@ def with_method(objective: dict, temperature: dict | None = None) -> dict:
 
 
 def test_every_objective_is_registered_once():
-    assert sorted(OBJECTIVES_BY_NAME) == sorted(BERT_BASE_DEFAULTS)
-    assert len(OBJECTIVES) == len(OBJECTIVES_BY_NAME)
+    assert sorted(SETTINGS_BY_NAME) == sorted(BERT_BASE_DEFAULTS)
+    assert len(OBJECTIVES) == len(SETTINGS_BY_NAME) == len(set(OBJECTIVES.values()))
+
+
+@pytest.mark.parametrize("name", sorted(BERT_BASE_DEFAULTS))
+def test_each_loss_subclasses_its_settings_and_is_built_from_them(name):
+    settings = SETTINGS_BY_NAME[name](name=name)
+    loss = build_objective(settings)
+    assert isinstance(loss, type(settings)) and loss.model_dump() == settings.model_dump()
+    assert all_loss_classes()[name] is type(loss)
 
 
 @pytest.mark.parametrize("name", sorted(BERT_BASE_DEFAULTS))
 def test_selectable_by_name_with_the_papers_defaults(name):
     params = parse_params(with_method({"name": name}))
     chosen = params.methods["candidate"].objective
-    assert type(chosen) is OBJECTIVES_BY_NAME[name]
+    assert type(chosen) is SETTINGS_BY_NAME[name]
     for field, value in BERT_BASE_DEFAULTS[name].items():
         assert getattr(chosen, field) == value, field
 
@@ -112,8 +121,8 @@ def test_schedule_needs_an_objective_with_a_temperature():
 
 
 def test_temperature_flags_match_the_objectives():
-    with_tau = {n for n, cls in OBJECTIVES_BY_NAME.items() if cls.uses_temperature}
+    with_tau = {n for n, cls in SETTINGS_BY_NAME.items() if cls.uses_temperature}
     assert with_tau == {n for n, d in BERT_BASE_DEFAULTS.items() if "tau" in d}
-    assert {n for n, cls in OBJECTIVES_BY_NAME.items() if cls.needs_triplets} == {"arccse"}
-    assert math.isclose(OBJECTIVES_BY_NAME["simace"](name="simace").initial_tau, 0.06)
-    assert OBJECTIVES_BY_NAME["mpt"](name="mpt").initial_tau is None
+    assert {n for n, cls in SETTINGS_BY_NAME.items() if cls.needs_triplets} == {"arccse"}
+    assert math.isclose(all_loss_classes()["simace"](name="simace").initial_tau, 0.06)
+    assert all_loss_classes()["mpt"](name="mpt").initial_tau is None

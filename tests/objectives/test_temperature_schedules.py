@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from stages.objectives.temperature import TemperatureSchedule
+from stages.core.temperature_settings import TemperatureSchedule
+from stages.objectives.temperature import tau_at
 
 
 def schedule(kind: str, initial_tau: float, step_ratio: float) -> TemperatureSchedule:
@@ -13,7 +14,7 @@ def schedule(kind: str, initial_tau: float, step_ratio: float) -> TemperatureSch
 
 
 def taus(s: TemperatureSchedule, total: int, tau: float = 0.05) -> list[float]:
-    return [s.tau_at(t, total, tau) for t in range(1, total + 1)]
+    return [tau_at(s, t, total, tau) for t in range(1, total + 1)]
 
 
 def test_constant_is_tau_everywhere():
@@ -46,10 +47,10 @@ def test_linear_cool_down_eq4():
     """tau_i - (tau_i - tau) t / (r_s s) for t < r_s s (not exactly tau_i at t = 1), then tau."""
     s = schedule("linear", 0.10, 0.01)
     end = 0.01 * 10000
-    assert s.tau_at(1, 10000, 0.05) == pytest.approx(0.10 - 0.05 / end)
-    assert s.tau_at(50, 10000, 0.05) == pytest.approx(0.075)
-    assert s.tau_at(99, 10000, 0.05) == pytest.approx(0.10 - 0.05 * 99 / end)
-    assert s.tau_at(100, 10000, 0.05) == 0.05
+    assert tau_at(s, 1, 10000, 0.05) == pytest.approx(0.10 - 0.05 / end)
+    assert tau_at(s, 50, 10000, 0.05) == pytest.approx(0.075)
+    assert tau_at(s, 99, 10000, 0.05) == pytest.approx(0.10 - 0.05 * 99 / end)
+    assert tau_at(s, 100, 10000, 0.05) == 0.05
     assert all(a >= b for a, b in zip(taus(s, 300), taus(s, 300)[1:], strict=False))
 
 
@@ -75,4 +76,4 @@ def test_out_of_range_parameters_are_rejected(field, value):
 
 def test_steps_are_one_based():
     with pytest.raises(ValueError, match="1-based"):
-        schedule("tcc", 0.1, 0.014).tau_at(0, 100, 0.05)
+        tau_at(schedule("tcc", 0.1, 0.014), 0, 100, 0.05)

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from scipy import stats
 
-from stages import layout
-from stages.experiments import plan_runs
-from stages.params import Params, load_params
+from stages.core import layout
+from stages.core.params import Params, load_params
+from stages.core.runs import plan_runs
 from stages.report import build_report
 from stages.reporting.collect import collect
 from stages.reporting.figures import detect_sweeps

@@ -11,7 +11,8 @@ import torch
 from senteval_testing import save_tiny_bert, write_senteval_tree
 from transformers import AutoModel, AutoTokenizer
 
-from stages.cli import StageError, run
+from stages.cli import run
+from stages.core.errors import StageError
 from stages.evaluate_senteval import main
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from stages.modeling.encoder import SentenceEncoder
-from stages.senteval_protocol import STS_TASKS, evaluate
+from stages.senteval_protocol.evaluate import evaluate
+from stages.senteval_protocol.loaders import STS_TASKS
 
 # Spearman x100 of the real SentEval: 'all' for STS12-16 (and 'mean'), test for STS-B and SICK-R
 SENTEVAL_STS_ALL = {

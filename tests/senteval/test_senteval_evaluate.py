@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 from senteval_testing import BagOfWords
 
-from stages.senteval_protocol import (
+from stages.senteval_protocol.cache import EmbeddingCache
+from stages.senteval_protocol.dev import StsbDevEvaluation
+from stages.senteval_protocol.embeddings import EncoderOutputError
+from stages.senteval_protocol.evaluate import evaluate
+from stages.senteval_protocol.loaders import (
     STS_TASKS,
     TASKS,
     TRANSFER_TASKS,
-    EmbeddingCache,
-    EncoderOutputError,
-    StsbDevEvaluation,
-    evaluate,
+    downstream_dir,
+    load_task,
 )
-from stages.senteval_protocol.loaders import downstream_dir, load_task
 
 
 def test_all_tasks_results_protocol_and_timings(

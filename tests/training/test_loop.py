@@ -21,17 +21,18 @@ from train_helpers import (
 )
 from transformers import AutoModel
 
+from stages.core.run_store import read_log
+from stages.core.temperature_settings import TemperatureSchedule
 from stages.modeling.backbone import load_backbone
 from stages.modeling.checkpoint import read_encoder_info
 from stages.objectives.arccse import ArcCSE
-from stages.objectives.registry import OBJECTIVES_BY_NAME
-from stages.objectives.temperature import TemperatureSchedule
+from stages.objectives.registry import all_loss_classes
 from stages.training.data import pad_rows, read_corpus
 from stages.training.dev import DevEncoder
 from stages.training.distributed import Distributed
 from stages.training.loop import Batch, _Training, contrastive_loss, train
 from stages.training.model import ContrastiveModel, reset_mlp_head
-from stages.training.records import NonFiniteLossError, read_log
+from stages.training.records import NonFiniteLossError
 from stages.training.resume import latest_checkpoint
 from stages.training.runtime import resolve_runtime
 
@@ -208,10 +209,10 @@ def test_arccse_with_sam_and_the_inner_loop_never_waits_for_the_device(
 
 FAMILIES = {  # one objective per module of stages/objectives, the triplet one for ArcCSE
     cls.__module__.rsplit(".", 1)[-1]: name
-    for name, cls in reversed(OBJECTIVES_BY_NAME.items())
+    for name, cls in reversed(all_loss_classes().items())
     if cls.needs_triplets
     or not any(
-        o.needs_triplets and o.__module__ == cls.__module__ for o in OBJECTIVES_BY_NAME.values()
+        o.needs_triplets and o.__module__ == cls.__module__ for o in all_loss_classes().values()
     )
 }
 
@@ -220,7 +221,7 @@ FAMILIES = {  # one objective per module of stages/objectives, the triplet one f
 def test_each_objective_family_trains_end_to_end(
     name: str, corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path, tokenizer
 ) -> None:
-    objective = OBJECTIVES_BY_NAME[name].model_validate({"name": name})
+    objective = all_loss_classes()[name].model_validate({"name": name})
     triplets = None
     if objective.needs_triplets:
         triplets = write_triplets(tmp_path / "t.parquet", tokenizer, read_corpus(corpus))
@@ -232,11 +233,11 @@ def test_each_objective_family_trains_end_to_end(
     assert metrics["steps"] == 4 and np.isfinite(metrics["best"]["spearman"])
 
 
-@pytest.mark.parametrize("name", sorted(OBJECTIVES_BY_NAME))
+@pytest.mark.parametrize("name", sorted(all_loss_classes()))
 def test_every_objective_takes_a_step_without_host_reads(
     name: str, tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    objective = OBJECTIVES_BY_NAME[name].model_validate({"name": name})
+    objective = all_loss_classes()[name].model_validate({"name": name})
     model = ContrastiveModel(load_backbone(TINY, seed=0), "cls").train()
     sentences = ["a man plays a guitar", "the cat sleeps", "stocks fell sharply", "it rains"]
     ids, mask = pad_rows([np.asarray(tokenizer(s)["input_ids"]) for s in sentences], 0)

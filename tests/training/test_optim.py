@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from stages.params import SamParams, TrainParams
+from stages.core.params import SamParams, TrainParams
 from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler
 from stages.training.runtime import resolve_runtime
 

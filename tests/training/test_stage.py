@@ -20,10 +20,11 @@ from scipy.stats import spearmanr
 from train_helpers import TINY, assert_same_weights, without_timing, write_small_data
 
 import stages.train as stage
-from stages.cli import StageError
-from stages.experiments import plan_runs
-from stages.params import load_params
-from stages.training.records import read_log
+import stages.training.runner as runner
+from stages.core.errors import StageError
+from stages.core.params import load_params
+from stages.core.run_store import read_log
+from stages.core.runs import plan_runs
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = "simcse.tiny.s1"
@@ -95,7 +96,7 @@ def test_finished_run_is_a_cache_hit(finished: Path, monkeypatch: pytest.MonkeyP
     def no_training(*args, **kwargs):
         raise AssertionError("trained again")
 
-    monkeypatch.setattr(stage, "train", no_training)
+    monkeypatch.setattr(runner, "train", no_training)
     monkeypatch.chdir(finished)
     stage.main([EXPERIMENT])
     assert pointer.stat().st_mtime_ns == before  # unchanged content is not rewritten
@@ -163,7 +164,7 @@ def test_stsb_dev_scores_each_unique_sentence_once(tmp_path: Path) -> None:
         calls.append(list(sentences))
         return np.stack([vectors.setdefault(s, rng.normal(size=5)) for s in sentences])
 
-    scores = stage.stsb_dev_evaluator(tmp_path)(encode)
+    scores = runner.stsb_dev_evaluator(tmp_path)(encode)
     assert (
         len(calls) == 1 and len(calls[0]) == len(set(calls[0])) == 5
     )  # "a  cat sits" is "a cat sits"
@@ -186,7 +187,7 @@ def test_malformed_dev_file_names_the_line(tmp_path: Path) -> None:
     dev.parent.mkdir(parents=True)
     dev.write_text("g\tf\ty\t0\t4.5\ta\tb\nbroken line\n")
     with pytest.raises(StageError, match=r"sts-dev.csv:2: expected at least 7 tab-separated"):
-        stage.stsb_dev_evaluator(tmp_path)
+        runner.stsb_dev_evaluator(tmp_path)
 
 
 def child_pids(parent: int) -> list[int]:

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from pydantic import PrivateAttr
 from safetensors.torch import load_file
 
-from stages.objectives.base import LossOutput, ObjectiveParams
+from stages.core.objective_settings import ObjectiveSettings
+from stages.core.params import BackboneParams, RandomInit, TrainParams, TripletsParams
+from stages.core.temperature_settings import TemperatureSchedule
+from stages.objectives.base import LossOutput, Objective
 from stages.objectives.infonce import InfoNCE
-from stages.objectives.temperature import TemperatureSchedule
-from stages.params import BackboneParams, RandomInit, TrainParams, TripletsParams
 from stages.training.loop import TrainJob
 from stages.triplet_masking import MaskingTokenizer, generate_triplets
 from stages.triplets import write_triplets as write_triplet_file
@@ -58,7 +59,7 @@ def make_job(
     out_dir: Path,
     cache_dir: Path,
     *,
-    objective: ObjectiveParams | None = None,
+    objective: Objective | None = None,
     temperature: TemperatureSchedule | None = None,
     triplets: Path | None = None,
     seed: int = 3,
@@ -110,7 +111,7 @@ def infonce_loss(z: torch.Tensor, z_pos: torch.Tensor, tau: float) -> torch.Tens
     return F.cross_entropy(cos / tau, torch.arange(z.size(0)))
 
 
-class NaNAtCall(ObjectiveParams):
+class NaNAtCall(ObjectiveSettings, Objective):
     """InfoNCE whose loss becomes NaN from its ``at``-th call on (fault injection)."""
 
     name: Literal["nan_at_call"] = "nan_at_call"

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from stages.params import TripletsParams
+from stages.core.params import TripletsParams
 from stages.triplet_masking import (
     SKIP_REASONS,
     TRIPLETS_SCHEMA,

@@ -12,14 +12,15 @@ import polars as pl
 import pytest
 import yaml
 
-from stages.cli import StageError
-from stages.params import TripletsParams
+from stages.core.code_identity import code_identity
+from stages.core.errors import StageError
+from stages.core.params import TripletsParams, load_params, parse_params
+from stages.core.runs import TRIPLETS_CODE, triplets_id
 from stages.triplet_masking import TRIPLETS_SCHEMA, split_lines
 from stages.triplets import (
     main,
     read_triplets,
     stats_path,
-    triplets_address,
     write_triplets,
 )
 
@@ -199,29 +200,25 @@ def test_read_triplets_unreadable_files(tmp_path):
         read_triplets(not_parquet)
 
 
-def test_address_names_every_input():
-    params = TripletsParams()
-    address = triplets_address("sha-corpus", "bert-base-uncased@main", params)
-    assert address == triplets_address("sha-corpus", "bert-base-uncased@main", TripletsParams())
-    assert len(address) == 16 and int(address, 16) >= 0
-    # Pinned: changing the recipe silently would orphan (or worse, reuse) cached files.
-    assert address == "ecdcb038454d7268"
-    others = {
-        triplets_address("sha-other", "bert-base-uncased@main", params),
-        triplets_address("sha-corpus", "roberta-base@main", params),
-        *(
-            triplets_address("sha-corpus", "bert-base-uncased@main", params.model_copy(update=u))
-            for u in (
-                {"short_mask_rate": 0.15},
-                {"long_mask_rate": 0.45},
-                {"unit": "word"},
-                {"replacement": "delete"},
-                {"min_words": 20},
-                {"seed": 1},
-            )
-        ),
+def test_triplets_id_names_every_input():
+    """The corpus, the tokenizer, every triplets param and the masking code's fingerprint."""
+    params = load_params(REPO / "params.yaml")
+    base = triplets_id(params, "bert-base")
+    assert base == triplets_id(params, "bert-base") and len(base) == 16
+    raw = params.model_dump(mode="json")
+    variants = [
+        {"data": {**raw["data"], "corpus": "wiki1m_head_11913"}},
+        {"backbones": {"bert-base": {**raw["backbones"]["bert-base"], "model": "roberta-base"}}},
+        *({"triplets": {**raw["triplets"], **u}} for u in (
+            {"short_mask_rate": 0.15}, {"long_mask_rate": 0.45}, {"unit": "word"},
+            {"replacement": "delete"}, {"min_words": 20}, {"seed": 7})),
+    ]  # fmt: skip
+    ids = {triplets_id(parse_params(raw | v), "bert-base") for v in variants}
+    assert len(ids) == len(variants) and base not in ids
+    assert code_identity(TRIPLETS_CODE).keys() >= {
+        "stages/triplet_masking.py",
+        "stages/triplets.py",
     }
-    assert address not in others and len(others) == 8
 
 
 def test_stats_path_sits_beside_the_output():

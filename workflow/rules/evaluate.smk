@@ -1,26 +1,40 @@
 rule senteval:
     input:
-        job_inputs("senteval", wildcard="experiment"),
+        JOBS.inputs("senteval", wildcard="experiment"),
     output:
         "experiments/{experiment}/senteval.json",
+    log:
+        "logs/senteval/{experiment}.log",
+    conda:
+        PIPELINE_ENV
     params:
-        **job_rule_params("senteval", wildcard="experiment"),
+        args=JOBS.params_arg,
+        on_gpu=JOBS.on_gpu,
+        fingerprint=JOBS.fingerprint("senteval", wildcard="experiment"),
     resources:
         gpu=1,
-        runtime=job_runtime("senteval", wildcard="experiment"),
+        runtime=JOBS.runtime("senteval", wildcard="experiment"),
     shell:
-        GPU_SHELL
+        "{params.on_gpu} python -m stages.evaluate_senteval --experiment {wildcards.experiment}"
+        "{params.args} 2>&1 | tee {log}"
 
 
 rule mteb:
     input:
-        job_inputs("mteb", wildcard="experiment"),
+        JOBS.inputs("mteb", wildcard="experiment"),
     output:
         "experiments/{experiment}/mteb.json",
+    log:
+        "logs/mteb/{experiment}.log",
+    conda:
+        PIPELINE_ENV
     params:
-        **job_rule_params("mteb", wildcard="experiment"),
+        args=JOBS.params_arg,
+        on_gpu=JOBS.on_gpu,
+        fingerprint=JOBS.fingerprint("mteb", wildcard="experiment"),
     resources:
         gpu=1,
-        runtime=job_runtime("mteb", wildcard="experiment"),
+        runtime=JOBS.runtime("mteb", wildcard="experiment"),
     shell:
-        GPU_SHELL
+        "{params.on_gpu} python -m stages.evaluate_mteb --experiment {wildcards.experiment}"
+        "{params.args} 2>&1 | tee {log}"

@@ -1,19 +1,29 @@
 rule report:
     input:
-        job_inputs("report"),
+        JOBS.inputs("report"),
     output:
         directory("reports/results"),
         "reports/metrics.json",
+    log:
+        "logs/report/report.log",
+    conda:
+        PIPELINE_ENV
     params:
-        **job_rule_params("report"),
+        args=JOBS.params_arg,
+        fingerprint=JOBS.fingerprint("report"),
     shell:
-        "{params.cmd}"
+        "python -m stages.report{params.args} 2>&1 | tee {log}"
 
 
 rule figures:
     output:
         directory("reports/analyses"),
+    log:
+        "logs/figures/figures.log",
+    conda:
+        PIPELINE_ENV
     params:
-        **job_rule_params("figures"),
+        args=JOBS.params_arg,
+        fingerprint=JOBS.fingerprint("figures"),
     shell:
-        "{params.cmd}"
+        "python -m stages.figures --out {output}{params.args} 2>&1 | tee {log}"

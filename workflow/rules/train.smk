@@ -1,14 +1,20 @@
 rule train:
     input:
-        job_inputs("train", wildcard="experiment"),
+        JOBS.inputs("train", wildcard="experiment"),
     output:
         "experiments/{experiment}/train.json",
         "experiments/{experiment}/train_steps.csv",
         "experiments/{experiment}/dev_evals.csv",
+    log:
+        "logs/train/{experiment}.log",
+    conda:
+        PIPELINE_ENV
     params:
-        **job_rule_params("train", wildcard="experiment"),
+        args=JOBS.params_arg,
+        on_gpu=JOBS.on_gpu,
+        fingerprint=JOBS.fingerprint("train", wildcard="experiment"),
     resources:
         gpu=1,
-        runtime=job_runtime("train", wildcard="experiment"),
+        runtime=JOBS.runtime("train", wildcard="experiment"),
     shell:
-        GPU_SHELL
+        "{params.on_gpu} python -m stages.train {wildcards.experiment}{params.args} 2>&1 | tee {log}"

@@ -1,10 +1,16 @@
 rule triplets:
     input:
-        job_inputs("triplets", wildcard="backbone"),
+        corpus=lambda w: JOBS.jobs["triplets", w.backbone].deps[0],
     output:
-        "data/triplets/{backbone}.parquet",
-        "data/triplets/{backbone}.stats.json",
+        triplets="data/triplets/{backbone}.parquet",
+        stats="data/triplets/{backbone}.stats.json",
+    log:
+        "logs/triplets/{backbone}.log",
+    conda:
+        PIPELINE_ENV
     params:
-        **job_rule_params("triplets", wildcard="backbone"),
+        args=JOBS.params_arg,
+        fingerprint=JOBS.fingerprint("triplets", wildcard="backbone"),
     shell:
-        "{params.cmd}"
+        "python -m stages.triplets --backbone {wildcards.backbone} --corpus {input.corpus}"
+        " --output {output.triplets}{params.args} 2>&1 | tee {log}"

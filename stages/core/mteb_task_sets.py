@@ -11,18 +11,14 @@ between MTEB 1.x (the paper's) and mteb 2.x: every name below is in mteb's regis
 
 ``sts`` is the STS column of the papers' STS tables in MTEB form: STS12-16, STSBenchmark, SICK-R.
 
-Importing this module does not import mteb (params.yaml validation stays fast); the functions
-that build task objects do.
+Importing this module does not import mteb (params.yaml validation stays fast); checking an
+explicit task list against mteb's registry does, and building task objects
+(``stages.mteb_protocol.tasks``) does.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from mteb.abstasks.abstask import AbsTask
 
 # category (mteb's task type) -> datasets, in the paper's order
 SIMACE56: dict[str, tuple[str, ...]] = {
@@ -122,20 +118,3 @@ def unknown_task_names(names: Sequence[str]) -> list[str]:
         except KeyError:
             unknown.append(name)
     return unknown
-
-
-def build_tasks(names: Sequence[str]) -> list[AbsTask]:
-    """Fresh task objects, in order. Tasks of the SimACE/MTEB(eng, v1) set come from that
-    benchmark, with its English-only subsets and splits; any other name is mteb's task as
-    registered."""
-    import mteb
-
-    unknown = unknown_task_names(names)
-    if unknown:
-        raise ValueError(f"unknown MTEB task(s): {', '.join(unknown)}")
-    benchmark = {t.metadata.name: t for t in mteb.get_benchmark(SIMACE56_BENCHMARK).tasks}
-    # the benchmark's task objects are shared module state in mteb: evaluate copies of them
-    return [
-        copy.deepcopy(benchmark[name]) if name in benchmark else mteb.get_task(name)
-        for name in names
-    ]

@@ -1,0 +1,143 @@
+"""What the runs store holds: which runs are complete, what they were computed with, and runs
+made before code identity existed (``ID_SCHEMA`` 1), which are listed but reused only on request.
+
+A run is complete when every file of ``RUN_FILES`` is there; the folder's name alone proves
+nothing (it appears by one rename after the files are written, but a store can be damaged).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from stages.core import layout
+from stages.core.atomic import write_json
+from stages.core.errors import StageError
+from stages.core.params import Params
+from stages.core.runs import Run, plan_runs
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.json"
+LOG_FILE = "log.jsonl"
+RUN_FILES = (
+    CONFIG_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    "best/model.safetensors",
+    "final/model.safetensors",
+)
+# Identity keys a run made before code identity lacks; without them its identity may still match.
+NEW_IN_SCHEMA_2 = ("id_schema", "code", "environment")
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """A run's log.jsonl: one record per line."""
+    with path.open(encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def missing_files(folder: Path) -> list[str]:
+    return [f for f in RUN_FILES if not (folder / f).is_file()]
+
+
+def is_complete(folder: Path) -> bool:
+    return folder.is_dir() and not missing_files(folder)
+
+
+def read_config(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def environment_summary(config: dict[str, Any] | None) -> str:
+    """'torch 2.13.0, transformers 4.57.1, cpu fp32' from a run's config.json."""
+    if not config or "execution" not in config:
+        return "?"
+    e = config["execution"]
+    parts = [f"torch {e.get('torch', '?')}", f"transformers {e.get('transformers', '?')}"]
+    return ", ".join(parts) + f", {e.get('device', '?')} {e.get('precision', '?')}"
+
+
+def _without(identity: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in identity.items() if k not in NEW_IN_SCHEMA_2}
+
+
+def legacy_run_for(run: Run) -> Path | None:
+    """A complete run made before code identity whose other settings equal ``run``'s."""
+    if not layout.RUNS.is_dir():
+        return None
+    wanted = _without(run.identity)
+    for folder in sorted(layout.RUNS.iterdir()):
+        config = read_config(folder)
+        if not config or not is_complete(folder):
+            continue
+        identity = config.get("identity", {})
+        if "code" not in identity and _without(identity) == wanted:
+            return folder
+    return None
+
+
+def run_state(run: Run) -> str:
+    if run.run_dir.is_dir():
+        missing = missing_files(run.run_dir)
+        if missing:
+            return f"broken (missing {', '.join(missing)})"
+        config = read_config(run.run_dir) or {}
+        return "yes (adopted, code unknown)" if "adopted_from" in config else "yes"
+    if run.partial_dir.is_dir():
+        return "partial (resumes)"
+    legacy = legacy_run_for(run)
+    if legacy is not None:
+        return (
+            f"- (old run {legacy.name}, code unknown: `python -m stages.pipeline adopt {run.name}`)"
+        )
+    return "-"
+
+
+def status_rows(params: Params) -> list[dict[str, str]]:
+    rows = []
+    for name, run in plan_runs(params).items():
+        done = {
+            stage: "yes" if (layout.experiment_dir(name) / f"{stage}.json").is_file() else "-"
+            for stage in ("train", "senteval", "mteb")
+        }
+        state = run_state(run)
+        environment = (
+            environment_summary(read_config(run.run_dir)) if state.startswith("yes") else ""
+        )
+        rows.append(
+            {"experiment": name, "run_id": run.run_id, "run stored": state, **done,
+             "environment": environment}
+        )  # fmt: skip
+    return rows
+
+
+def adopt_legacy_run(params: Params, name: str) -> str:
+    """Reuse a run made before code identity for experiment ``name``: its files are linked under
+    the current run id, marked 'adopted, code unknown' (status and the report say so)."""
+    runs = plan_runs(params)
+    if name not in runs:
+        raise StageError(f"unknown experiment '{name}'; planned: {', '.join(runs) or '(none)'}")
+    run = runs[name]
+    if is_complete(run.run_dir):
+        return f"{name}: run {run.run_id} is already stored"
+    legacy = legacy_run_for(run)
+    if legacy is None:
+        raise StageError(f"{name}: no run made before code identity matches its settings")
+    staging = run.run_dir.with_name(run.run_id + ".adopting")
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(legacy, staging, copy_function=os.link)
+    config = read_config(legacy) or {}
+    (staging / CONFIG_FILE).unlink()  # a hard link: rewriting it in place would edit the old run
+    write_json(
+        staging / CONFIG_FILE,
+        {**config, **run.config(), "adopted_from": legacy.name, "code": "unknown"},
+    )
+    os.replace(staging, run.run_dir)
+    return f"{name}: adopted {legacy.name} as {run.run_id} (code unknown; {legacy} is kept)"

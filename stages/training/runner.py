@@ -1,0 +1,78 @@
+"""From a planned ``Run`` to its finished folder in the runs store: train (or resume) it in
+``<run_id>.partial/`` and make it visible as ``<run_id>/`` by one rename once complete."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from stages.core import layout
+from stages.core.errors import StageError
+from stages.core.params import Params
+from stages.core.run_store import METRICS_FILE, is_complete
+from stages.core.runs import Run
+from stages.objectives.registry import build_objective
+from stages.senteval_protocol.dev import StsbDevEvaluation
+from stages.senteval_protocol.loaders import DataFormatError
+from stages.training.dev import DevEvaluator, Encode
+from stages.training.distributed import Distributed, from_environment
+from stages.training.loop import TrainJob, train
+from stages.training.resume import remove_checkpoints
+
+
+def stsb_dev_evaluator(data_dir: Path) -> DevEvaluator:
+    """STS-B dev exactly as the SentEval stage scores it (``StsbDevEvaluation``): Spearman x100
+    of cosine vs gold, plus alignment and uniformity of the same embeddings. The trainer's
+    encoder batches by token length itself, so it gets all distinct sentences in one call."""
+    try:
+        evaluation = StsbDevEvaluation(data_dir, batch_size=None)
+    except (DataFormatError, OSError) as error:
+        raise StageError(f"STS-B dev set (checkpoint selection): {error}") from error
+
+    def evaluate(encode: Encode) -> dict[str, float]:
+        scores = evaluation(encode)
+        return {
+            "spearman": scores.spearman,
+            "alignment": scores.alignment,
+            "uniformity": scores.uniformity,
+        }
+
+    return evaluate
+
+
+def make_job(run: Run, params: Params, out_dir: Path) -> TrainJob:
+    return TrainJob(
+        run_id=run.run_id,
+        objective=build_objective(run.settings.objective),
+        temperature=run.settings.temperature,
+        train=run.settings.train,
+        backbone=run.backbone_spec,
+        backbone_name=run.backbone,
+        seed=run.seed,
+        corpus=run.corpus,
+        max_sentences=run.max_sentences,
+        triplets=run.triplets,
+        out_dir=out_dir,
+        cache_dir=layout.CACHE / "tokenized",
+        config=run.config(),
+        eval_batch_size=params.senteval.batch_size,
+    )
+
+
+def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
+    """The finished run folder of ``run``, training (or resuming) it unless it is stored."""
+    ctx = ctx or from_environment()
+    final = run.run_dir
+    if is_complete(final):
+        return final
+    partial = run.partial_dir
+    if not (partial / METRICS_FILE).is_file():
+        evaluate = stsb_dev_evaluator(layout.senteval_dir())
+        train(make_job(run, params, partial), evaluate, ctx)
+    if ctx.is_main:
+        remove_checkpoints(partial)
+        if final.exists():  # an unfinished leftover
+            shutil.rmtree(final)
+        os.replace(partial, final)
+    return final

@@ -1,0 +1,60 @@
+"""The glue between stages.core.jobs and the rules: each rule looks its job up by (stage, key),
+so the inputs, code fingerprints and time limits are exactly those of dvc.yaml."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from stages.core.estimates import job_limit_minutes
+from stages.core.jobs import Job, build_jobs, job_fingerprint
+from stages.core.params import Params
+
+# Snakemake sets OMP_NUM_THREADS and the BLAS thread variables of every job to the rule's
+# threads (1 under --cores 1). GPU jobs get the caller's own values back: on a CPU-only machine
+# a run then uses every core, as under DVC, and computes the very same floating-point sums.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
+
+
+class RuleJobs:
+    def __init__(self, params: Params, params_file: str) -> None:
+        self.params = params
+        self.jobs = {(job.stage, job.key): job for job in build_jobs(params, params_file)}
+        # " --params FILE" unless the default params.yaml is used (the same for every job)
+        self.params_arg = next(iter(self.jobs.values())).params_arg
+
+    def outputs(self) -> list[str]:
+        return [out for job in self.jobs.values() for out in job.outputs]
+
+    def job(self, stage: str, key: str | None, wildcards: Any, wildcard: str | None) -> Job:
+        return self.jobs[stage, wildcards[wildcard] if wildcard else key]
+
+    def inputs(self, stage: str, key: str | None = None, wildcard: str | None = None) -> Callable:
+        return lambda w: list(self.job(stage, key, w, wildcard).deps)
+
+    def fingerprint(
+        self, stage: str, key: str | None = None, wildcard: str | None = None
+    ) -> Callable:
+        """The job's params values and source files' syntax trees: Snakemake reruns a job when
+        a rule's params change, so it reruns exactly when DVC would (a tracked key or a source
+        file's code changed; a comment or docstring edit changes nothing)."""
+        return lambda w: job_fingerprint(self.params, self.job(stage, key, w, wildcard))
+
+    def runtime(self, stage: str, wildcard: str) -> Callable:
+        """The job's time limit in minutes (SLURM's -t), longer at each retry."""
+        return lambda w, attempt: job_limit_minutes(
+            self.params, self.job(stage, None, w, wildcard), attempt
+        )
+
+    @staticmethod
+    def on_gpu(wildcards: Any, resources: Any) -> str:
+        """GPU jobs run through stages.gpu_slot (on a machine with several GPUs each job gets
+        devices of its own; under SLURM, or with one GPU, the command runs as is), with the
+        caller's thread settings."""
+        threads = [f"-u {n}" for n in THREAD_VARIABLES if n not in os.environ] + [
+            f"{n}={shlex.quote(os.environ[n])}" for n in THREAD_VARIABLES if n in os.environ
+        ]
+        return f"env {' '.join(threads)} python -m stages.gpu_slot --gpus {resources.gpu} --"
