@@ -28,8 +28,8 @@ import tokenizers
 import yaml
 
 from stages.core.params import TripletsParams, load_params
+from stages.triplet_file import write_triplets
 from stages.triplet_masking import MaskingTokenizer, generate_triplets, split_lines
-from stages.triplets import write_triplets
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "triplets.json"

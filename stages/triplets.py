@@ -20,12 +20,12 @@ from typing import Any
 import polars as pl
 
 from stages.cli import parser, run
-from stages.core.atomic import atomic_path, write_json
+from stages.core.atomic import write_json
 from stages.core.errors import StageError
 from stages.core.params import TripletsParams, load_params
 from stages.modeling.backbone import load_tokenizer
+from stages.triplet_file import write_triplets
 from stages.triplet_masking import (
-    TRIPLETS_SCHEMA,
     MaskingTokenizer,
     TripletCounts,
     TripletsError,
@@ -35,13 +35,6 @@ from stages.triplet_masking import (
 
 # The file layout's version, recorded in the stats (the procedure is covered by the code identity).
 FORMAT_VERSION = 1
-# Fixed writer settings: with the same polars version, the same frame gives the same bytes.
-PARQUET_OPTIONS: dict[str, Any] = {
-    "compression": "zstd",
-    "compression_level": 3,
-    "statistics": True,
-    "row_group_size": 65536,
-}
 
 
 def tokenizer_fingerprint(tokenizer: MaskingTokenizer) -> str:
@@ -79,38 +72,6 @@ def read_corpus(path: str | Path) -> tuple[list[str], str]:
             f"corpus {path}, line {line}: not UTF-8 ({err.reason} at byte {err.start})"
         ) from None
     return split_lines(text), hashlib.sha256(data).hexdigest()
-
-
-def write_triplets(triplets: pl.DataFrame, path: str | Path) -> None:
-    with atomic_path(path) as tmp:
-        triplets.rechunk().write_parquet(tmp, **PARQUET_OPTIONS)
-
-
-def read_triplets(path: str | Path) -> pl.DataFrame:
-    """The triplet file at ``path``, checked against ``TRIPLETS_SCHEMA`` (names, dtypes, nulls)."""
-    path = Path(path)
-    try:
-        schema = pl.read_parquet_schema(path)
-    except FileNotFoundError:
-        raise StageError(f"triplets {path}: no such file") from None
-    except (OSError, pl.exceptions.PolarsError) as err:
-        raise StageError(f"triplets {path}: not a readable Parquet file ({err})") from None
-    problems = [
-        f"column {name!r} is missing (expected {dtype})"
-        if name not in schema
-        else f"column {name!r} has dtype {schema[name]}, expected {dtype}"
-        for name, dtype in TRIPLETS_SCHEMA.items()
-        if schema.get(name) != dtype
-    ]
-    problems += [f"unexpected column {name!r}" for name in schema if name not in TRIPLETS_SCHEMA]
-    if problems:
-        raise StageError(f"triplets {path}: " + "; ".join(problems))
-    triplets = pl.read_parquet(path)
-    nulls = {name: n for name, n in triplets.null_count().row(0, named=True).items() if n}
-    if nulls:
-        listed = ", ".join(f"{name!r} ({n})" for name, n in nulls.items())
-        raise StageError(f"triplets {path}: null values in column(s) {listed}")
-    return triplets
 
 
 def triplet_stats(

@@ -86,7 +86,6 @@ class Job:
         return (*self.outs, *self.metrics, *self.plots)
 
 
-
 def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
     """Every job of the pipeline, in a valid execution order."""
     f = params_file

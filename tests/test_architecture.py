@@ -1,0 +1,61 @@
+"""The package's shape: a torch-free core, layers with no import pointing back up
+(pyproject.toml's import-linter contract) and no import cycles anywhere in ``stages``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "datasets", "mteb", "numpy", "polars", "scipy", "sklearn")
+CORE_ENTRY_POINTS = (
+    "stages.core.params", "stages.core.runs", "stages.core.jobs", "stages.core.estimates",
+    "stages.core.run_store", "stages.core.code_identity", "stages.core.environment",
+    "stages.core.errors", "stages.core.layout", "stages.pipeline", "stages.estimates",
+)  # fmt: skip
+
+
+def test_the_core_imports_no_heavy_package() -> None:
+    """Importing the core, loading params and building the whole job graph (ids, code
+    fingerprints, estimates) leaves torch, transformers, datasets, mteb and numpy unimported."""
+    script = (
+        "import sys, json\n"
+        + "".join(f"import {m}\n" for m in CORE_ENTRY_POINTS)
+        + "from stages.core.params import load_params\n"
+        "from stages.core.jobs import build_jobs\n"
+        "from stages.core.estimates import dry_run\n"
+        "from stages.core.run_store import status_rows\n"
+        "for f in ('params.yaml', 'presets/smoke.yaml', 'presets/simace.yaml'):\n"
+        "    p = load_params(f); build_jobs(p, f); dry_run(p, f); status_rows(p)\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(result.stdout) == []
+
+
+def test_no_import_points_back_up_the_layers() -> None:
+    result = subprocess.run(
+        [Path(sys.executable).with_name("lint-imports"), "--no-cache"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "0 broken" in result.stdout
+
+
+def test_no_import_cycles_in_stages() -> None:
+    graph = grimp.build_graph("stages", cache_dir=None)
+    cycles = []
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back:
+                cycles.append(" -> ".join([importer, *back]))
+    assert cycles == []

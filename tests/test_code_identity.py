@@ -1,0 +1,70 @@
+"""Code identity: what a source file's fingerprint ignores and what it sees, and which files
+each output's id covers (docs/identity.md)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stages.core import code_identity
+from stages.core.code_identity import code_files, source_fingerprint
+from stages.core.params import load_params
+from stages.core.runs import EVALUATION_CODE, plan_runs
+
+REPO = Path(__file__).resolve().parents[1]
+SIMACE = REPO / "stages" / "objectives" / "simace.py"
+
+
+def edited_copy(tmp_path: Path, edit) -> Path:
+    copy = tmp_path / "simace.py"
+    shutil.copy(SIMACE, copy)
+    copy.write_text(edit(copy.read_text()))
+    return copy
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda s: s.replace("from __future__", "# a new comment\nfrom __future__", 1),
+        lambda s: s.replace('"""InfoNCE on the angular', '"""Reworded. InfoNCE on the angular', 1),
+        lambda s: s.replace("\n\n\n", "\n\n\n\n", 1),  # formatting
+    ],
+    ids=["comment", "docstring", "blank line"],
+)
+def test_comments_docstrings_and_formatting_leave_the_fingerprint(tmp_path: Path, edit) -> None:
+    assert source_fingerprint(edited_copy(tmp_path, edit)) == source_fingerprint(SIMACE)
+
+
+def test_a_change_to_the_arithmetic_changes_the_fingerprint(tmp_path: Path) -> None:
+    flipped = edited_copy(tmp_path, lambda s: s.replace("(s - margin *", "(s + margin *", 1))
+    assert flipped.read_text() != SIMACE.read_text()
+    assert source_fingerprint(flipped) != source_fingerprint(SIMACE)
+
+
+def test_a_run_covers_its_own_loss_and_no_other() -> None:
+    runs = plan_runs(load_params(REPO / "presets" / "smoke.yaml"))
+    simace = set(runs["simace.tiny-bert.s42"].code_files)
+    simcse = set(runs["simcse.tiny-bert.s42"].code_files)
+    assert "stages/objectives/simace.py" in simace
+    assert "stages/objectives/simace.py" not in simcse
+    assert "stages/objectives/unified_gradient.py" not in simace | simcse
+    # the training machinery and checkpoint selection are in every run
+    assert {"stages/training/loop.py", "stages/senteval_protocol/dev.py"} <= simace & simcse
+    assert not any(f.startswith("stages/core/") for f in simace)
+
+
+def test_the_senteval_protocol_is_evaluation_code_not_training_code() -> None:
+    train = set(
+        plan_runs(load_params(REPO / "presets" / "smoke.yaml"))["simcse.tiny-bert.s42"].code_files
+    )
+    senteval = set(code_files(EVALUATION_CODE["senteval"]))
+    protocol = "stages/senteval_protocol"
+    evaluation_only = {f"{protocol}/{m}.py" for m in ("classifier", "evaluate", "transfer")}
+    assert evaluation_only <= senteval and not evaluation_only & train
+
+
+def test_imports_inside_functions_are_followed() -> None:
+    # stages.train imports the training machinery only when there is a run to train
+    assert "stages.training.runner" in code_identity.import_closure(["stages.train"])

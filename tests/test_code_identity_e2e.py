@@ -1,0 +1,133 @@
+"""Code identity under both orchestrators, on a cut-down smoke preset (SimCSE and SimACE on the
+tiny BERT, STS-B): a comment edit reruns nothing; a change to SimACE's arithmetic retrains and
+re-evaluates exactly the SimACE run and rebuilds the report; a change to the SentEval protocol
+re-evaluates every run and retrains none; a change of one method's tau reruns that method only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from project_copy import project_copy
+from test_end_to_end import SMOKE, dvc_repro, run, snakemake
+
+EXPERIMENTS = ("simcse.tiny-bert.s42", "simace.tiny-bert.s42")
+SIMACE = Path("stages/objectives/simace.py")
+CLASSIFIER = Path("stages/senteval_protocol/evaluate.py")
+
+
+def params() -> dict:
+    raw = yaml.safe_load(SMOKE.read_text())
+    raw["experiments"] = [{"methods": ["simcse", "simace"], "backbones": ["tiny-bert"]}]
+    raw["senteval"]["tasks"] = ["STSBenchmark"]
+    raw["mteb"]["enabled"] = False
+    raw["figures"]["batches"] = 50
+    raw["baselines"] = {}
+    return raw
+
+
+def edit(root: Path, path: Path, old: str, new: str) -> None:
+    text = (root / path).read_text()
+    assert old in text, f"{path}: {old!r} not found"
+    (root / path).write_text(text.replace(old, new, 1))
+
+
+def planned_snakemake_jobs(root: Path) -> set[str]:
+    """What `snakemake` would run now: 'rule' or 'rule:wildcard' per job (a dry run)."""
+    out = snakemake(root, "-n")
+    jobs = set()
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        if head:
+            wildcards = re.search(r"wildcards: \w+=(\S+)", block)
+            jobs.add(head[1] + (f":{wildcards[1]}" if wildcards else ""))
+    return jobs - {"all"}
+
+
+def stages_run_by_dvc(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+def trained_runs(root: Path) -> set[str]:
+    return {p.name for p in (root / "runs").iterdir() if not p.name.endswith(".partial")}
+
+
+def results(root: Path) -> dict[str, str]:
+    return {
+        name: (root / "experiments" / name / "senteval.json").read_text() for name in EXPERIMENTS
+    }
+
+
+@pytest.fixture(scope="module")
+def workspaces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("identity")
+    roots = {tool: project_copy(tmp / tool, params()) for tool in ("snakemake", "dvc")}
+    snakemake(roots["snakemake"])
+    dvc_repro(roots["dvc"])
+    return roots
+
+
+def test_a_comment_in_an_objective_reruns_nothing(workspaces: dict[str, Path]) -> None:
+    for root in workspaces.values():
+        edit(
+            root, SIMACE, '"""InfoNCE on the angular', '"""A docstring edit. InfoNCE on the angular'
+        )
+        edit(root, SIMACE, "\nimport math\n", "\n# a comment\nimport math\n")
+    assert planned_snakemake_jobs(workspaces["snakemake"]) == set()
+    root = workspaces["dvc"]
+    before, runs = results(root), trained_runs(root)
+    output = dvc_repro(root)
+    # DVC hashes files, so it calls the train stage, which finds its run by id: nothing is
+    # trained, no output changes, and so nothing downstream runs.
+    assert stages_run_by_dvc(output) <= {"train.simace.tiny-bert.s42"}
+    assert trained_runs(root) == runs and results(root) == before
+
+
+def test_the_arithmetic_of_an_objective_retrains_exactly_its_runs(
+    workspaces: dict[str, Path],
+) -> None:
+    for root in workspaces.values():
+        edit(root, SIMACE, "(s - margin *", "(s - 0.5 * margin *")
+    expected = {"train:simace.tiny-bert.s42", "senteval:simace.tiny-bert.s42", "report"}
+    assert planned_snakemake_jobs(workspaces["snakemake"]) == expected
+    for tool, root in workspaces.items():
+        before, runs = results(root), trained_runs(root)
+        output = snakemake(root) if tool == "snakemake" else dvc_repro(root)
+        if tool == "dvc":
+            assert stages_run_by_dvc(output) == {
+                "train.simace.tiny-bert.s42", "senteval.simace.tiny-bert.s42", "report"
+            }  # fmt: skip
+        assert len(trained_runs(root) - runs) == 1
+        after = results(root)
+        assert after["simcse.tiny-bert.s42"] == before["simcse.tiny-bert.s42"]
+        assert after["simace.tiny-bert.s42"] != before["simace.tiny-bert.s42"]
+
+
+def test_the_senteval_protocol_re_evaluates_every_run_and_retrains_none(
+    workspaces: dict[str, Path],
+) -> None:
+    for root in workspaces.values():
+        edit(root, CLASSIFIER, "    return out\n", "    return dict(out)\n")
+    expected = {f"senteval:{name}" for name in EXPERIMENTS} | {"report"}
+    assert planned_snakemake_jobs(workspaces["snakemake"]) == expected
+    for tool, root in workspaces.items():
+        runs = trained_runs(root)
+        output = snakemake(root) if tool == "snakemake" else dvc_repro(root)
+        if tool == "dvc":
+            assert stages_run_by_dvc(output) == {f"senteval.{n}" for n in EXPERIMENTS} | {"report"}
+        assert trained_runs(root) == runs
+
+
+def test_tau_in_params_reruns_exactly_that_methods_jobs(workspaces: dict[str, Path]) -> None:
+    for root in workspaces.values():
+        raw = yaml.safe_load((root / "params.yaml").read_text())
+        raw["methods"]["simcse"]["objective"]["tau"] = 0.1
+        (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    expected = {"train:simcse.tiny-bert.s42", "senteval:simcse.tiny-bert.s42", "report"}
+    assert planned_snakemake_jobs(workspaces["snakemake"]) == expected
+    status = run(["dvc", "status", "--json"], workspaces["dvc"])
+    assert set(json.loads(status)) == {"train.simcse.tiny-bert.s42"}
