@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from stages.cli import parser, run
 from stages.core import layout
 from stages.core.atomic import write_json
+from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.mteb_task_sets import TASK_SETS
 from stages.core.params import DEFAULT_PARAMS, POOLERS, MtebParams, load_params
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         label, output = args.name or args.model, args.output
     results = evaluate_encoder(encoder, label, settings)
-    write_json(output, results)
+    write_json(output, {**results, "environment": software()})
     _print_summary(results, output)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from stages.cli import parser, run
 from stages.core import layout
 from stages.core.atomic import write_json
+from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.params import DEFAULT_PARAMS, POOLERS, Params, SentEvalParams, load_params
 from stages.evaluation_target import encoder_for
@@ -123,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         data_dir=data_dir,
         cache_dir=None if args.no_cache else args.cache_dir,
     )
-    write_json(output, results)
+    write_json(output, {**results, "environment": software()})
     summary = results["summary"]
     for key in ("sts_avg", "transfer_avg"):
         if key in summary:

@@ -28,6 +28,7 @@ from stages.reporting.collect import Collected, collect, stsb_dev_angles
 from stages.reporting.render import html_page, markdown
 from stages.reporting.significance import significance
 from stages.reporting.tables import (
+    environment_warning,
     paper_tables,
     results_table,
     seed_summary,
@@ -102,6 +103,9 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
         f"{done} of {collected.status.height} planned experiments have SentEval results; "
         "the Runs table says what exists of each. Values: Spearman x100 and accuracy %."
     )
+    warning = environment_warning(collected.status)
+    if warning:
+        intro += f" {warning}"
     dest = root / layout.REPORTS / "results"
     with atomic_path(dest) as tmp:
         (tmp / "figures").mkdir(parents=True)

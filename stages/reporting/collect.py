@@ -108,6 +108,16 @@ def read_json(path: Path) -> tuple[dict[str, Any] | None, str]:
     return data, "done"
 
 
+def environment_label(execution: dict[str, Any]) -> str:
+    """What a run was computed with: 'torch 2.13.0, transformers 4.57.1, cpu bf16'."""
+    if not execution:
+        return "unknown"
+    return (
+        f"torch {execution.get('torch')}, transformers {execution.get('transformers')}, "
+        f"{execution.get('device')} {execution.get('precision')}"
+    )
+
+
 def train_rows(pointer: dict[str, Any]) -> list[tuple[str, str, float]]:
     rows = [("STSBenchmark_dev", "best_spearman", pointer.get("best_dev_spearman"))]
     rows += [("training", key, pointer.get(key)) for key in ("best_step", "steps", "wall_time_s")]
@@ -193,6 +203,8 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
             )
             if data is None:
                 continue
+            if source == "train":
+                state["environment"] = environment_label(data.get("environment", {}))
             recorded = (
                 data.get("run_id") if source == "train" else data.get("encoder", {}).get("run_id")
             )

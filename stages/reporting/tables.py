@@ -191,12 +191,28 @@ def results_table(summary: pl.DataFrame, source_tasks: list[str], metric: str, t
 
 
 def status_table(status: pl.DataFrame) -> Table:
-    columns = ["experiment", "run_id", "train", "senteval", "mteb"]
+    columns = ["experiment", "run_id", "train", "senteval", "mteb", "environment"]
     rows = [
-        [MISSING if r[c] is None else str(r[c]) for c in columns]
+        [MISSING if r.get(c) is None else str(r[c]) for c in columns]
         for r in status.iter_rows(named=True)
     ]
     return Table("Runs", "what exists of each planned experiment", columns, rows)
+
+
+def environment_warning(status: pl.DataFrame) -> str | None:
+    """A warning when the trained runs were computed in different environments (torch or
+    transformers version, device, precision): their comparison mixes software, not only
+    objectives."""
+    if "environment" not in status.columns:
+        return None
+    labels = sorted({e for e in status["environment"].to_list() if e})
+    if len(labels) < 2:
+        return None
+    return (
+        "Warning: the runs compared here were trained in different environments ("
+        + "; ".join(labels)
+        + "); see the Runs table. Set identity.environment: major_minor to keep them apart."
+    )
 
 
 def significance_table(significance: pl.DataFrame) -> Table:

@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core.atomic import atomic_path, write_json
+from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.params import BackboneParams, TrainParams
 from stages.core.run_store import CONFIG_FILE, LOG_FILE, METRICS_FILE
@@ -67,7 +68,7 @@ from stages.training.resume import (
     rng_state,
     save_checkpoint,
 )
-from stages.training.runtime import Runtime, resolve_runtime
+from stages.training.runtime import Runtime, device_name, resolve_runtime
 
 RUN_CONFIG_IN_MODEL = "run.json"
 # InfoNCE's gradient norms in the batch diagnostics of objectives without a temperature use
@@ -315,8 +316,11 @@ class _Training:
             "precision": self.runtime.precision,
             "world_size": self.ctx.world_size,
             "compile": self.job.train.compile,
+            **software(),
             "torch": torch.__version__,
             "transformers": transformers.__version__,
+            "cuda": torch.version.cuda,
+            "device_name": device_name(self.runtime.device),
             "total_steps": self.total_steps,
             "steps_per_epoch": self.plan.steps_per_epoch,
             "corpus_rows": len(self.corpus),

@@ -57,3 +57,8 @@ def resolve_runtime(device: str, precision: str, local_rank: int = 0) -> Runtime
         autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
         pin_memory=on_gpu,
     )
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's model name (``torch.cuda.get_device_name``), or 'cpu'."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -1,0 +1,83 @@
+"""The runs store as status sees it: complete runs, broken ones, runs made before code identity
+(listed as 'code unknown', reused only through `adopt`), and the environment warning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from stages.core import layout
+from stages.core.errors import StageError
+from stages.core.params import load_params
+from stages.core.run_store import RUN_FILES, adopt_legacy_run, status_rows
+from stages.core.runs import plan_runs
+from stages.reporting.tables import environment_warning
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENT = "simcse.bert-base.s42"
+
+
+def write_run(folder: Path, identity: dict) -> None:
+    for name in RUN_FILES:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+    (folder / "config.json").write_text(
+        json.dumps({"identity": identity, "execution": {"torch": "2.4.0", "device": "cuda"}})
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(layout, "RUNS", tmp_path / "runs")
+    (tmp_path / "runs").mkdir()
+    return tmp_path / "runs"
+
+
+def rows_by_name(params) -> dict[str, dict[str, str]]:
+    return {row["experiment"]: row for row in status_rows(params)}
+
+
+def test_a_run_made_before_code_identity_is_listed_and_adopted_only_on_request(store: Path):
+    params = load_params(REPO / "params.yaml")
+    run = plan_runs(params)[EXPERIMENT]
+    old = {k: v for k, v in run.identity.items() if k not in ("code", "environment")}
+    write_run(store / "0123456789abcdef", {**old, "id_schema": 1})
+    row = rows_by_name(params)[EXPERIMENT]
+    assert row["run stored"].startswith("- (old run 0123456789abcdef, code unknown")
+    assert f"adopt {EXPERIMENT}" in row["run stored"]
+
+    message = adopt_legacy_run(params, EXPERIMENT)
+    assert "0123456789abcdef" in message and run.run_id in message
+    assert rows_by_name(params)[EXPERIMENT]["run stored"] == "yes (adopted, code unknown)"
+    assert (store / "0123456789abcdef" / "config.json").is_file()  # nothing deleted
+    legacy = json.loads((store / "0123456789abcdef" / "config.json").read_text())
+    assert "adopted_from" not in legacy  # the hard-linked config was replaced, not edited
+
+
+def test_a_run_with_other_settings_is_not_offered(store: Path):
+    params = load_params(REPO / "params.yaml")
+    run = plan_runs(params)[EXPERIMENT]
+    old = {k: v for k, v in run.identity.items() if k not in ("code", "environment")}
+    write_run(store / "0123456789abcdef", {**old, "seed": 7})
+    assert rows_by_name(params)[EXPERIMENT]["run stored"] == "-"
+    with pytest.raises(StageError, match="no run made before code identity matches"):
+        adopt_legacy_run(params, EXPERIMENT)
+
+
+def test_an_incomplete_run_folder_is_reported_broken(store: Path):
+    params = load_params(REPO / "params.yaml")
+    run = plan_runs(params)[EXPERIMENT]
+    write_run(run.run_dir, run.identity)
+    (run.run_dir / "final" / "model.safetensors").unlink()
+    state = rows_by_name(params)[EXPERIMENT]["run stored"]
+    assert state == "broken (missing final/model.safetensors)"
+
+
+def test_the_report_warns_when_runs_differ_in_environment():
+    same = pl.DataFrame({"environment": ["torch 2.13.0, cpu fp32"] * 2})
+    assert environment_warning(same) is None
+    mixed = pl.DataFrame({"environment": ["torch 2.13.0, cpu fp32", "torch 2.4.0, cuda bf16"]})
+    assert "different environments" in environment_warning(mixed)
