@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from stages.cli import parser, run
 from stages.core.atomic import atomic_path, write_json
+from stages.core.data_check import sha256_of
 from stages.core.data_manifest import DataFile, Dataset, RemoteSource, load_manifest
 from stages.core.errors import StageError
 from stages.core.params import load_params
@@ -57,14 +58,6 @@ class Report:
     action: Literal["up to date", "downloaded", "copied"]
     files: int  # files whose sha256 was checked
     notes: tuple[str, ...] = ()  # what the user must know: checksums recorded for the first time
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def check_file(path: Path, entry: DataFile, origin: str) -> None:

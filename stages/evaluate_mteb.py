@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from stages.cli import parser, run
 from stages.core import layout
 from stages.core.atomic import write_json
+from stages.core.data_check import verify_workspace_data
 from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.mteb_task_sets import TASK_SETS
@@ -103,6 +104,8 @@ def evaluate_encoder(encoder: SentenceEncoder, label: str, settings: MtebParams)
         if settings.local_data
         else None
     )
+    if local is not None:
+        verify_workspace_data(local.sts_raw_dir, local.senteval_dir)
     model = MtebEncoder(encoder, label, normalize=settings.normalize)
     try:
         return evaluate_mteb(

@@ -26,6 +26,7 @@ from typing import Any
 from stages.cli import parser, run
 from stages.core import layout
 from stages.core.atomic import write_json
+from stages.core.data_check import verify_workspace_data
 from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.params import DEFAULT_PARAMS, POOLERS, Params, SentEvalParams, load_params
@@ -100,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         downstream_dir(data_dir)
     except DataFormatError as err:
         raise StageError(str(err)) from None
+    verify_workspace_data(Path(data_dir))
     if args.experiment:
         encoder = encoder_for(
             args.experiment, load_params(args.params), batch_size=settings.batch_size

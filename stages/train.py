@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,14 @@ import polars as pl
 
 from stages import cli
 from stages.cli import parser
+from stages.core import layout
 from stages.core.atomic import write_json, write_text
+from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
 from stages.core.params import load_params
+from stages.core.run_lock import run_lock
 from stages.core.run_store import LOG_FILE, METRICS_FILE, is_complete, read_config, read_log
-from stages.core.runs import Run, plan_runs
+from stages.core.runs import STSB_DEV, Run, plan_runs
 
 
 def pointer(run: Run) -> dict[str, Any]:
@@ -92,11 +96,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"unknown experiment '{args.experiment}'; planned: {', '.join(runs) or '(none)'}"
         )
     run = runs[args.experiment]
+    main_process = os.environ.get("RANK", "0") == "0"
     if not is_complete(run.run_dir):
+        verify_workspace_data(run.corpus, layout.DATA / STSB_DEV)
         from stages.training.runner import train_run  # torch: only when there is work to do
 
-        train_run(run, params)
-    if os.environ.get("RANK", "0") == "0":
+        with run_lock(run.run_dir, run.name) if main_process else nullcontext():
+            train_run(run, params)
+    if main_process:
         write_outputs(run)
 
 

@@ -21,6 +21,7 @@ import polars as pl
 
 from stages.cli import parser, run
 from stages.core.atomic import write_json
+from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
 from stages.core.params import TripletsParams, load_params
 from stages.modeling.backbone import load_tokenizer
@@ -133,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         defined = ", ".join(sorted(params.backbones))
         raise StageError(f"--backbone {args.backbone!r}: not in {args.params}; defined: {defined}")
     backbone = params.backbones[args.backbone]
+    verify_workspace_data(Path(args.corpus))
     lines, corpus_sha256 = read_corpus(args.corpus)
     try:
         loaded = load_tokenizer(backbone)

@@ -24,7 +24,7 @@ class ObjectiveSettings(BaseModel):
     """Base class of every objective's settings. Subclasses set ``name: Literal[...]`` and their
     hyperparameters."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
     # Whether the objective reads a temperature (and so accepts a temperature schedule).
@@ -34,11 +34,13 @@ class ObjectiveSettings(BaseModel):
 
 
 def _margin_field(default: float) -> Any:
+    # cos(theta + m) falls with theta only while theta + m <= 180 degrees; below 90 it does for
+    # every positive pair within 90 degrees (all of them in practice), and the papers use 0-20.
     return Field(
         default,
         ge=0,
-        lt=180,
-        description="additive angular margin m on the positive pair, in degrees "
+        lt=90,
+        description="additive angular margin m on the positive pair, in degrees, in [0, 90) "
         "(ArcCSE: 10 on every backbone; 0 gives NT-Xent)",
     )
 

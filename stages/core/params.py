@@ -38,6 +38,8 @@ DEFAULT_PARAMS = Path("params.yaml")
 # Names that become parts of file paths and of experiment names: keep them path- and CLI-safe.
 Key = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
+# torch, numpy and Python's random all take a seed in [0, 2^32)
+Seed = Annotated[int, Field(ge=0, lt=2**32)]
 
 POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_mean")
 Pooler = Literal["cls", "cls_before_pooler", "mean", "first_last_mean"]
@@ -53,7 +55,8 @@ SentEvalTask = Literal[
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan pass a bare `gt=0`; no setting the code can honour is infinite.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DataParams(Section):
@@ -160,7 +163,7 @@ class SentEvalParams(Section):
         "test", description="SimCSE's classifier settings: fasttest (k=5) or test (k=10)"
     )
     batch_size: PositiveInt = 128
-    seed: int = 1111
+    seed: Seed = 1111
 
 
 class MtebParams(Section):
@@ -324,7 +327,7 @@ class ExperimentGroup(Section):
 
     methods: tuple[Key, ...] = Field(min_length=1)
     backbones: tuple[Key, ...] = Field(min_length=1)
-    seeds: tuple[int, ...] = Field((42,), min_length=1)
+    seeds: tuple[Seed, ...] = Field((42,), min_length=1)
 
 
 class BaselineParams(Section):
@@ -502,12 +505,36 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         raise ParamsError(f"{source} is invalid:\n{problems}") from None
 
 
+def duplicate_keys(node: yaml.Node, path: tuple[str, ...] = ()) -> list[str]:
+    """Keys given twice in one mapping, at any depth (YAML would keep the last silently)."""
+    problems = []
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value)
+            line = key.start_mark.line + 1
+            if name in first_line and name != "<<":
+                where = ".".join((*path, name))
+                problems.append(f"{where}: given twice, at lines {first_line[name]} and {line}")
+            first_line.setdefault(name, line)
+            problems += duplicate_keys(value, (*path, name))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            problems += duplicate_keys(item, (*path, str(i)))
+    return problems
+
+
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        duplicates = duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader))
+        raw = yaml.safe_load(text)
     except FileNotFoundError:
         raise ParamsError(f"{path}: no such params file") from None
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML: {err}") from None
+    if duplicates:
+        listed = "\n".join(f"  - {d}" for d in duplicates)
+        raise ParamsError(f"{path} is invalid:\n{listed}")
     return parse_params(raw, source=str(path))

@@ -17,6 +17,7 @@ from stages.core import layout
 from stages.core.atomic import write_json
 from stages.core.errors import StageError
 from stages.core.params import Params
+from stages.core.run_lock import is_stale, lock_holder, lock_path
 from stages.core.runs import Run, plan_runs
 
 CONFIG_FILE = "config.json"
@@ -89,6 +90,9 @@ def run_state(run: Run) -> str:
             return f"broken (missing {', '.join(missing)})"
         config = read_config(run.run_dir) or {}
         return "yes (adopted, code unknown)" if "adopted_from" in config else "yes"
+    lock = lock_path(run.run_dir)
+    if lock.is_file() and not is_stale(lock):
+        return f"training ({lock_holder(lock)})"
     if run.partial_dir.is_dir():
         return "partial (resumes)"
     legacy = legacy_run_for(run)

@@ -69,7 +69,13 @@ def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
     partial = run.partial_dir
     if not (partial / METRICS_FILE).is_file():
         evaluate = stsb_dev_evaluator(layout.senteval_dir())
-        train(make_job(run, params, partial), evaluate, ctx)
+        try:
+            train(make_job(run, params, partial), evaluate, ctx)
+        except StageError as err:
+            raise StageError(
+                f"{err}\nThe unfinished run is in {partial}: a rerun resumes it from its last "
+                f"checkpoint; to start over instead, delete {partial}"
+            ) from err
     if ctx.is_main:
         remove_checkpoints(partial)
         if final.exists():  # an unfinished leftover

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
-from train_helpers import TINY, assert_same_weights, without_timing, write_small_data
+from train_helpers import TINY, assert_same_weights, copy_real_data, without_timing
 
 import stages.train as stage
 import stages.training.runner as runner
@@ -29,7 +29,7 @@ from stages.core.runs import plan_runs
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = "simcse.tiny.s1"
 PARAMS = {
-    "data": {"corpus": "wiki1m_head_11913"},
+    "data": {"corpus": "wiki1m_head_11913", "max_sentences": 240},
     "train": {
         "batch_size": 16,
         "max_steps": 40,
@@ -45,7 +45,7 @@ PARAMS = {
 
 
 def make_workspace(root: Path, shared_data: Path) -> Path:
-    write_small_data(shared_data, root)
+    copy_real_data(shared_data, root)
     (root / "params.yaml").write_text(yaml.safe_dump(PARAMS))
     return root
 
@@ -142,7 +142,8 @@ def test_unknown_experiment_and_missing_corpus_are_clear_errors(
     with pytest.raises(StageError, match=f"unknown experiment 'nope'; planned: {EXPERIMENT}"):
         stage.main(["nope"])
     (root / "data" / "corpus" / "wiki1m_head_11913.txt").unlink()
-    with pytest.raises(StageError, match=r"wiki1m_head_11913\.txt not found"):
+    missing = r"data/corpus/wiki1m_head_11913\.txt is missing .*python -m stages\.download corpus"
+    with pytest.raises(StageError, match=missing):
         stage.main([EXPERIMENT])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -38,6 +39,14 @@ FAST_TRAIN = {
     "log_steps": 4,
     "device": "cpu",
 }
+
+
+def copy_real_data(shared_data: Path, root: Path) -> None:
+    """The real corpus sample and STS-B dev in the repository layout: what the stages verify
+    against the manifest (use ``data.max_sentences`` to train on a few lines)."""
+    for rel in ("corpus/wiki1m_head_11913.txt", "senteval/downstream/STS/STSBenchmark/sts-dev.csv"):
+        (root / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shared_data / rel, root / "data" / rel)
 
 
 def write_small_data(shared_data: Path, root: Path) -> tuple[Path, Path]:

@@ -1,0 +1,113 @@
+"""One writer per run: a lock file beside the run in the runs store, created atomically
+(O_CREAT | O_EXCL works on local disks and on NFS v3+ shared by several machines), holding the
+host, pid and start time of the trainer, and refreshed (its mtime) every ``HEARTBEAT_S`` while it
+trains. A second trainer of the same run stops with a message naming the holder. A lock is stale,
+and taken over, when its holder is a process of this host that no longer exists, or when it has
+not been refreshed for ``STALE_AFTER_S`` (a holder on another machine that died).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from stages.core.errors import StageError
+
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 600.0
+
+
+class RunLocked(StageError):
+    """Another trainer holds the run's lock."""
+
+
+def lock_path(run_dir: Path) -> Path:
+    return run_dir.with_name(run_dir.name + ".lock")
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_stale(path: Path, now: float | None = None) -> bool:
+    holder = _read(path)
+    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        return not _process_exists(holder["pid"])
+    try:
+        age = (now or time.time()) - path.stat().st_mtime
+    except FileNotFoundError:
+        return True
+    return age > STALE_AFTER_S
+
+
+def lock_holder(path: Path) -> str:
+    """'host h, pid 12, since 2026-11-24 07:30:00 UTC' from a lock file."""
+    return _describe(_read(path))
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("started", 0)))
+    return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since {started}"
+
+
+def _create(path: Path, holder: dict[str, Any]) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(holder, f)
+    return True
+
+
+@contextmanager
+def run_lock(run_dir: Path, experiment: str) -> Iterator[None]:
+    """Hold the lock of the run stored at ``run_dir`` while the block runs."""
+    path = lock_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
+              "experiment": experiment}  # fmt: skip
+    if not _create(path, holder):
+        if not is_stale(path):
+            raise RunLocked(
+                f"run {run_dir.name} ({experiment}) is being trained by another process "
+                f"({lock_holder(path)}); this one stops. Rerun when it has finished (the "
+                f"run is then a cache hit); if that process is gone for good, delete {path}"
+            )
+        path.unlink(missing_ok=True)  # stale: its holder is gone
+        if not _create(path, holder):
+            raise RunLocked(f"run {run_dir.name} ({experiment}): {path} was taken meanwhile")
+    stop = threading.Event()
+
+    def heartbeat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            os.utime(path)
+
+    beat = threading.Thread(target=heartbeat, daemon=True)
+    beat.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beat.join()
+        path.unlink(missing_ok=True)
