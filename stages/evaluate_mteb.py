@@ -29,6 +29,7 @@ from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.mteb_task_sets import TASK_SETS
 from stages.core.params import DEFAULT_PARAMS, POOLERS, MtebParams, load_params
+from stages.core.run_store import reuse_evaluation, store_evaluation
 from stages.evaluation_target import encoder_for
 from stages.modeling.encoder import EncoderError, SentenceEncoder
 
@@ -68,12 +69,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     explicit = args.params != str(DEFAULT_PARAMS)
     params = load_params(args.params) if Path(args.params).is_file() or explicit else None
     settings = _settings(params.mteb if params else MtebParams(), args)
+    # the matrix's own evaluation (settings as params give them) is stored under its id
+    as_planned = bool(args.experiment) and params is not None and settings == params.mteb
     if args.experiment:
         if params is None:
             raise StageError(f"--experiment needs a params file; {args.params} not found")
+        output = args.output or str(layout.experiment_dir(args.experiment) / "mteb.json")
+        if as_planned and reuse_evaluation("mteb", args.experiment, params, Path(output)):
+            print(f"wrote {output} (the stored result of the same evaluation)")
+            return
         encoder = encoder_for(args.experiment, params, batch_size=settings.batch_size)
         label = args.experiment
-        output = args.output or str(layout.experiment_dir(args.experiment) / "mteb.json")
     else:
         if not args.output:
             raise StageError("--output is required with --model")
@@ -89,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         label, output = args.name or args.model, args.output
     results = evaluate_encoder(encoder, label, settings)
-    write_json(output, {**results, "environment": software()})
+    record = {**results, "environment": software()}
+    if as_planned:
+        record = store_evaluation("mteb", args.experiment, params, record)
+    write_json(output, record)
     _print_summary(results, output)
 
 

@@ -30,6 +30,7 @@ from stages.core.data_check import verify_workspace_data
 from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.params import DEFAULT_PARAMS, POOLERS, Params, SentEvalParams, load_params
+from stages.core.run_store import reuse_evaluation, store_evaluation
 from stages.evaluation_target import encoder_for
 from stages.modeling.encoder import EncoderError, SentenceEncoder
 from stages.senteval_protocol.cache import EmbeddingCache
@@ -102,11 +103,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     except DataFormatError as err:
         raise StageError(str(err)) from None
     verify_workspace_data(Path(data_dir))
+    # the matrix's own evaluation (no command-line overrides) is stored under its id
+    as_planned = args.experiment and not any(
+        (args.tasks, args.mode, args.batch_size, args.data_dir, args.output, args.no_cache)
+    )
     if args.experiment:
-        encoder = encoder_for(
-            args.experiment, load_params(args.params), batch_size=settings.batch_size
-        )
+        params = load_params(args.params)
         output = args.output or str(layout.experiment_dir(args.experiment) / "senteval.json")
+        if as_planned and reuse_evaluation("senteval", args.experiment, params, Path(output)):
+            print(f"wrote {output} (the stored result of the same evaluation)")
+            return
+        encoder = encoder_for(args.experiment, params, batch_size=settings.batch_size)
     elif args.output is None:
         raise StageError("--model needs --output (where to write the results JSON)")
     else:
@@ -126,7 +133,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         data_dir=data_dir,
         cache_dir=None if args.no_cache else args.cache_dir,
     )
-    write_json(output, {**results, "environment": software()})
+    record = {**results, "environment": software()}
+    if as_planned:
+        record = store_evaluation("senteval", args.experiment, params, record)
+    write_json(output, record)
     summary = results["summary"]
     for key in ("sts_avg", "transfer_avg"):
         if key in summary:

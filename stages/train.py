@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -26,10 +27,11 @@ from stages.core import layout
 from stages.core.atomic import write_json, write_text
 from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
-from stages.core.params import load_params
+from stages.core.params import Params, load_params
 from stages.core.run_lock import run_lock
 from stages.core.run_store import LOG_FILE, METRICS_FILE, is_complete, read_config, read_log
 from stages.core.runs import STSB_DEV, Run, plan_runs
+from stages.core.shared_store import SharedStore, read_origin, store_url, write_origin
 
 
 def pointer(run: Run) -> dict[str, Any]:
@@ -50,6 +52,7 @@ def pointer(run: Run) -> dict[str, Any]:
         "steps": metrics["steps"],
         "wall_time_s": metrics["timing"]["wall_s"],
         "environment": config.get("execution", {}),
+        "origin": read_origin(folder) or {"origin": "unknown"},
         **({"adopted_from": config["adopted_from"]} if "adopted_from" in config else {}),
     }
 
@@ -97,14 +100,38 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     run = runs[args.experiment]
     main_process = os.environ.get("RANK", "0") == "0"
+    url = store_url(params.store.url)
+    store = SharedStore(url) if url else None
     if not is_complete(run.run_dir):
-        verify_workspace_data(run.corpus, layout.DATA / STSB_DEV)
-        from stages.training.runner import train_run  # torch: only when there is work to do
-
-        with run_lock(run.run_dir, run.name) if main_process else nullcontext():
-            train_run(run, params)
+        obtain(run, params, store, main_process)
     if main_process:
         write_outputs(run)
+
+
+def obtain(run: Run, params: Params, store: SharedStore | None, main_process: bool) -> None:
+    """Fetch the run from the shared store when it has it complete; otherwise train it here
+    (holding the run's lock, and the store's lease) and publish it."""
+    if store is not None and store.manifest(run.run_id) is not None:
+        if main_process:  # other ranks of a torchrun have nothing to do
+            store.fetch(run.run_id, run.run_dir)
+        return
+    verify_workspace_data(run.corpus, layout.DATA / STSB_DEV)
+    from stages.training.runner import train_run  # torch: only when there is work to do
+
+    if not main_process:
+        train_run(run, params)
+        return
+    with (
+        run_lock(run.run_dir, run.name),
+        store.lease(run.run_id, run.name) if store else nullcontext(),
+    ):
+        if store is not None and store.manifest(run.run_id) is not None:  # finished meanwhile
+            store.fetch(run.run_id, run.run_dir)
+            return
+        train_run(run, params)
+        write_origin(run.run_dir, {"origin": "trained", "host": socket.gethostname()})
+        if store is not None:
+            store.publish(run.run_id, run.run_dir, run.name)
 
 
 if __name__ == "__main__":

@@ -68,3 +68,20 @@ def test_the_senteval_protocol_is_evaluation_code_not_training_code() -> None:
 def test_imports_inside_functions_are_followed() -> None:
     # stages.train imports the training machinery only when there is a run to train
     assert "stages.training.runner" in code_identity.import_closure(["stages.train"])
+
+
+def test_the_environment_switch_puts_torch_and_transformers_versions_in_every_id() -> None:
+    import yaml
+
+    from stages.core.environment import major_minor, software
+    from stages.core.params import parse_params
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    recorded = plan_runs(parse_params(raw))
+    strict = plan_runs(parse_params({**raw, "identity": {"environment": "major_minor"}}))
+    assert all(recorded[n].run_id != strict[n].run_id for n in recorded)
+    expected = {p: major_minor(software()[p]) for p in ("torch", "transformers")}
+    assert all(run.identity["environment"] == expected for run in strict.values())
+    assert expected["torch"] == "2.13" and all(
+        r.identity["environment"] is None for r in recorded.values()
+    )

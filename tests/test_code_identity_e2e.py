@@ -122,6 +122,21 @@ def test_the_senteval_protocol_re_evaluates_every_run_and_retrains_none(
         assert trained_runs(root) == runs
 
 
+def test_a_comment_in_the_protocol_recomputes_nothing(workspaces: dict[str, Path]) -> None:
+    for root in workspaces.values():
+        edit(root, CLASSIFIER, "    return dict(out)\n", "    return dict(out)  # a comment\n")
+    assert planned_snakemake_jobs(workspaces["snakemake"]) == set()
+    root = workspaces["dvc"]
+    before = results(root)
+    output = dvc_repro(root)
+    # DVC calls the SentEval stages (their source bytes changed); each finds its evaluation
+    # stored under the unchanged evaluation id and writes the same result, so the report
+    # does not run.
+    assert stages_run_by_dvc(output) == {f"senteval.{n}" for n in EXPERIMENTS}
+    assert output.count("the stored result of the same evaluation") == len(EXPERIMENTS)
+    assert results(root) == before
+
+
 def test_tau_in_params_reruns_exactly_that_methods_jobs(workspaces: dict[str, Path]) -> None:
     for root in workspaces.values():
         raw = yaml.safe_load((root / "params.yaml").read_text())

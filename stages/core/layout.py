@@ -73,3 +73,9 @@ def analyses_dir() -> Path:
 def embedding_cache_dir() -> Path:
     """SentEval embeddings per (encoder fingerprint, task): classifiers rerun without encoding."""
     return CACHE / "embeddings"
+
+
+def evaluation_file(stage: str, evaluation_id: str) -> Path:
+    """A finished evaluation, content-addressed beside the runs it scores: reused whenever the
+    same evaluation is asked for again (a DVC rerun after a comment edit, another checkout)."""
+    return RUNS / "evaluations" / f"{stage}-{evaluation_id}.json"

@@ -225,6 +225,18 @@ class IdentityParams(Section):
     )
 
 
+class StoreParams(Section):
+    """Where trained runs are shared beyond this workspace (docs/scale-out.md)."""
+
+    url: str | None = Field(
+        None,
+        description="null: runs stay in the workspace's runs/ ($CSE_RUNS_DIR); a path or an "
+        "fsspec URL (s3://bucket/runs, gs://, az://, ssh://host/path): a train job fetches a "
+        "run found there instead of training it, and publishes what it trains; $CSE_STORE_URL "
+        "overrides",
+    )
+
+
 class ReportParams(Section):
     baseline_method: Key | None = Field(
         "simcse", description="significance tests compare each method against this one"
@@ -363,6 +375,7 @@ class Params(Section):
     report: ReportParams = ReportParams()
     figures: FiguresParams = FiguresParams()
     identity: IdentityParams = IdentityParams()
+    store: StoreParams = StoreParams()
     backbones: dict[Key, BackboneParams] = Field(min_length=1)
     methods: dict[Key, MethodParams] = Field(min_length=1)
     experiments: tuple[ExperimentGroup, ...] = Field(min_length=1)

@@ -18,7 +18,8 @@ from stages.core.atomic import write_json
 from stages.core.errors import StageError
 from stages.core.params import Params
 from stages.core.run_lock import is_stale, lock_holder, lock_path
-from stages.core.runs import Run, plan_runs
+from stages.core.runs import Run, evaluation_id, plan_runs
+from stages.core.shared_store import read_origin
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
@@ -83,13 +84,24 @@ def legacy_run_for(run: Run) -> Path | None:
     return None
 
 
+def origin_label(origin: dict[str, Any]) -> str:
+    """'trained here' or 'fetched from <store>' (runs from before the store: 'origin unknown')."""
+    if origin.get("origin") == "fetched":
+        return f"fetched from {origin.get('store')}"
+    if origin.get("origin") == "trained":
+        return f"trained on {origin.get('host')}"
+    return "origin unknown"
+
+
 def run_state(run: Run) -> str:
     if run.run_dir.is_dir():
         missing = missing_files(run.run_dir)
         if missing:
             return f"broken (missing {', '.join(missing)})"
         config = read_config(run.run_dir) or {}
-        return "yes (adopted, code unknown)" if "adopted_from" in config else "yes"
+        if "adopted_from" in config:
+            return "yes (adopted, code unknown)"
+        return f"yes ({origin_label(read_origin(run.run_dir))})"
     lock = lock_path(run.run_dir)
     if lock.is_file() and not is_stale(lock):
         return f"training ({lock_holder(lock)})"
@@ -145,3 +157,30 @@ def adopt_legacy_run(params: Params, name: str) -> str:
     )
     os.replace(staging, run.run_dir)
     return f"{name}: adopted {legacy.name} as {run.run_id} (code unknown; {legacy} is kept)"
+
+
+def stored_evaluation(stage: str, experiment: str, params: Params) -> tuple[Path, str]:
+    """Where evaluation ``stage`` of ``experiment`` is stored under its id, and the id."""
+    evaluation = evaluation_id(stage, experiment, params, plan_runs(params))
+    return layout.evaluation_file(stage, evaluation), evaluation
+
+
+def reuse_evaluation(stage: str, experiment: str, params: Params, output: Path) -> bool:
+    """Write ``output`` from the stored result of the same evaluation, if there is one."""
+    stored, _ = stored_evaluation(stage, experiment, params)
+    if not stored.is_file():
+        return False
+    record = json.loads(stored.read_text(encoding="utf-8"))
+    if not output.is_file() or json.loads(output.read_text(encoding="utf-8")) != record:
+        write_json(output, record)
+    return True
+
+
+def store_evaluation(
+    stage: str, experiment: str, params: Params, record: dict[str, Any]
+) -> dict[str, Any]:
+    """Store a finished evaluation under its id; the record with the id, as stored."""
+    stored, evaluation = stored_evaluation(stage, experiment, params)
+    record = {**record, "evaluation_id": evaluation}
+    write_json(stored, record)
+    return record

@@ -240,15 +240,25 @@ def evaluated_identity(name: str, params: Params, runs: dict[str, Run]) -> dict[
     }
 
 
+# The manifest datasets each evaluation reads (verified at use, so their checksums name them).
+EVALUATION_DATA = {"senteval": ("senteval",), "mteb": ("senteval", "sts_raw")}
+
+
+def dataset_checksums(names: tuple[str, ...]) -> dict[str, str | None]:
+    manifest = load_manifest()
+    return {f.path: f.sha256 for name in names for f in manifest.datasets[name].files}
+
+
 def evaluation_id(stage: str, name: str, params: Params, runs: dict[str, Run]) -> str:
     """Content address of evaluation ``stage`` ('senteval', 'mteb') of experiment ``name``: what
-    it scores, its params section, its protocol's code and the environment switch."""
+    it scores, its params section, its data, its protocol's code and the environment switch."""
     section = getattr(params, stage).model_dump(mode="json")
     return content_hash(
         {
             "stage": stage,
             "evaluated": evaluated_identity(name, params, runs),
             "params": section,
+            "data": content_hash(dataset_checksums(EVALUATION_DATA[stage])),
             "code": code_identity(EVALUATION_CODE[stage]),
             "environment": id_environment(params.identity.environment),
         }

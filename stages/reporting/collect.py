@@ -17,6 +17,7 @@ import polars as pl
 
 from stages.core import layout
 from stages.core.params import Params
+from stages.core.run_store import origin_label
 from stages.core.runs import plan_baselines, plan_runs
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
@@ -205,6 +206,7 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
                 continue
             if source == "train":
                 state["environment"] = environment_label(data.get("environment", {}))
+                state["origin"] = origin_label(data.get("origin", {}))
             recorded = (
                 data.get("run_id") if source == "train" else data.get("encoder", {}).get("run_id")
             )

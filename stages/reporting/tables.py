@@ -191,7 +191,7 @@ def results_table(summary: pl.DataFrame, source_tasks: list[str], metric: str, t
 
 
 def status_table(status: pl.DataFrame) -> Table:
-    columns = ["experiment", "run_id", "train", "senteval", "mteb", "environment"]
+    columns = ["experiment", "run_id", "train", "senteval", "mteb", "origin", "environment"]
     rows = [
         [MISSING if r.get(c) is None else str(r[c]) for c in columns]
         for r in status.iter_rows(named=True)

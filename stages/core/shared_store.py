@@ -1,0 +1,206 @@
+"""A runs store shared by workspaces, machines and sites, addressed by a URL: a path (a local
+folder or a shared filesystem), or an object store or remote host through fsspec, the library
+DVC itself uses (``s3://``, ``gs://``, ``az://``, ``ssh://``, ... with the matching fsspec
+package installed: s3fs, gcsfs, adlfs, sshfs).
+
+Layout under the URL: ``<run_id>/<files>`` and ``<run_id>/manifest.json``, which lists every
+file with its sha256 and size. Publishing uploads the files first and the manifest last, so a
+run whose upload was interrupted has no manifest and is never seen as complete. Fetching checks
+every file against the manifest before the run appears in the local runs folder (one rename).
+
+One writer per run across workspaces: a lease object ``<run_id>.lease`` (holder, token, expiry),
+renewed while training. Object stores have no portable atomic create, so a trainer writes its
+lease, waits ``LEASE_SETTLE_S`` and reads it back: only the writer whose token survived trains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from stages.core.data_check import sha256_of
+from stages.core.errors import StageError
+from stages.core.run_lock import RunLocked
+
+MANIFEST = "manifest.json"
+ORIGIN = "origin.json"  # local only: where the run came from (not part of the run's files)
+LEASE_S = 600.0
+LEASE_RENEW_S = 60.0
+LEASE_SETTLE_S = 1.0
+
+
+class StoreError(StageError):
+    """The store cannot be read or holds a damaged run."""
+
+
+def run_files(folder: Path) -> list[str]:
+    """Every file of a run folder, relative, sorted (the local origin note left out)."""
+    return sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.relative_to(folder).as_posix() != ORIGIN
+    )
+
+
+def read_origin(folder: Path) -> dict[str, Any]:
+    try:
+        return json.loads((folder / ORIGIN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def write_origin(folder: Path, origin: dict[str, Any]) -> None:
+    (folder / ORIGIN).write_text(json.dumps(origin, sort_keys=True), encoding="utf-8")
+
+
+class SharedStore:
+    def __init__(self, url: str) -> None:
+        import fsspec  # light, but only needed when a store is configured
+
+        self.url = url.rstrip("/")
+        try:
+            self.fs, root = fsspec.core.url_to_fs(self.url)
+        except (ImportError, ValueError) as err:
+            raise StoreError(f"runs store {self.url}: {err}") from None
+        self.root = root.rstrip("/")
+
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def manifest(self, run_id: str) -> dict[str, Any] | None:
+        """The run's manifest, or None when the store has no complete copy of it."""
+        try:
+            return json.loads(self.fs.cat_file(self._path(run_id, MANIFEST)))
+        except FileNotFoundError:
+            return None
+        except ValueError as err:
+            raise StoreError(f"{self.url}/{run_id}/{MANIFEST}: unreadable ({err})") from None
+
+    def run_ids(self) -> list[str]:
+        """Every run with a manifest (complete) in the store."""
+        if not self.fs.exists(self.root):
+            return []
+        ids = []
+        for entry in self.fs.ls(self.root, detail=False):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            if self.fs.exists(self._path(name, MANIFEST)):
+                ids.append(name)
+        return sorted(ids)
+
+    def fetch(self, run_id: str, dest: Path) -> None:
+        """Copy a complete run into ``dest`` (which must not exist), every file checked."""
+        manifest = self.manifest(run_id)
+        if manifest is None:
+            raise StoreError(f"{self.url}: has no complete run {run_id}")
+        staging = dest.with_name(dest.name + ".fetching")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            for rel, meta in manifest["files"].items():
+                target = staging / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self.fs.get_file(self._path(run_id, rel), str(target))
+                actual = sha256_of(target)
+                if actual != meta["sha256"]:
+                    raise StoreError(
+                        f"{self.url}/{run_id}/{rel}: sha256 {actual}, its manifest says "
+                        f"{meta['sha256']}: the store's copy is damaged and was not used "
+                        f"(`python -m stages.runs verify` lists every damaged run)"
+                    )
+            write_origin(staging, {"origin": "fetched", "store": self.url,
+                                   "published": manifest.get("published")})  # fmt: skip
+            os.replace(staging, dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def publish(self, run_id: str, folder: Path, experiment: str) -> None:
+        """Upload a complete local run: its files, then the manifest (the commit point)."""
+        files = {}
+        for rel in run_files(folder):
+            path = folder / rel
+            files[rel] = {"sha256": sha256_of(path), "size": path.stat().st_size}
+            self.fs.makedirs(self._path(run_id, *rel.split("/")[:-1]), exist_ok=True)
+            self.fs.put_file(str(path), self._path(run_id, rel))
+        manifest = {"run_id": run_id, "experiment": experiment, "files": files,
+                    "published": time.time(), "host": socket.gethostname()}  # fmt: skip
+        self.fs.pipe_file(self._path(run_id, MANIFEST), json.dumps(manifest, indent=1).encode())
+
+    def verify(self, run_id: str) -> list[str]:
+        """Problems of the store's copy of a run (rehashing every file); [] when intact."""
+        manifest = self.manifest(run_id)
+        if manifest is None:
+            return [f"{run_id}: no manifest (an interrupted upload, never complete)"]
+        problems = []
+        for rel, meta in manifest["files"].items():
+            try:
+                data = self.fs.cat_file(self._path(run_id, rel))
+            except FileNotFoundError:
+                problems.append(f"{run_id}/{rel}: missing")
+                continue
+            if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                problems.append(f"{run_id}/{rel}: sha256 differs from the manifest")
+        return problems
+
+    def delete(self, run_id: str) -> None:
+        # the manifest first: a half-deleted run is then incomplete, never damaged-and-complete
+        if self.fs.exists(self._path(run_id, MANIFEST)):
+            self.fs.rm(self._path(run_id, MANIFEST))
+        if self.fs.exists(self._path(run_id)):
+            self.fs.rm(self._path(run_id), recursive=True)
+
+    def _read_lease(self, run_id: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.fs.cat_file(self._path(f"{run_id}.lease")))
+        except (FileNotFoundError, ValueError):
+            return None
+
+    @contextmanager
+    def lease(self, run_id: str, experiment: str) -> Iterator[None]:
+        """Hold the run's lease in the store while the block runs (see the module docstring)."""
+        path = self._path(f"{run_id}.lease")
+        held = self._read_lease(run_id)
+        if held and held.get("expires", 0) > time.time():
+            raise RunLocked(
+                f"run {run_id} ({experiment}) is being trained from another workspace "
+                f"(host {held.get('host')}, pid {held.get('pid')}, lease in {self.url} until "
+                f"{time.strftime('%H:%M:%S UTC', time.gmtime(held['expires']))}); this one stops"
+            )
+        token = uuid.uuid4().hex
+        lease = {"token": token, "host": socket.gethostname(), "pid": os.getpid(),
+                 "experiment": experiment, "expires": time.time() + LEASE_S}  # fmt: skip
+        self.fs.makedirs(self.root, exist_ok=True)
+        self.fs.pipe_file(path, json.dumps(lease).encode())
+        time.sleep(LEASE_SETTLE_S)
+        if (self._read_lease(run_id) or {}).get("token") != token:
+            raise RunLocked(f"run {run_id} ({experiment}): another workspace took its lease")
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(LEASE_RENEW_S):
+                self.fs.pipe_file(
+                    path, json.dumps({**lease, "expires": time.time() + LEASE_S}).encode()
+                )
+
+        renewer = threading.Thread(target=renew, daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
+            if (self._read_lease(run_id) or {}).get("token") == token:
+                self.fs.rm(path)
+
+
+def store_url(configured: str | None) -> str | None:
+    """The store's URL: $CSE_STORE_URL, else params' ``store.url`` (None: no shared store)."""
+    return os.environ.get("CSE_STORE_URL") or configured or None

