@@ -16,6 +16,7 @@ from project_copy import project_copy
 
 from stages.core.jobs import build_jobs, check_dvc_yaml
 from stages.core.params import load_params, parse_params
+from stages.core.runs import plan_runs
 
 REPO = Path(__file__).resolve().parents[1]
 WIDE_MATRIX = {
@@ -33,6 +34,15 @@ WIDE_MATRIX = {
     ],
     "baselines": {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}},
     "data": {"source": "local", "corpus": "wiki1m_head_11913"},
+}
+
+# a method's grid: points with brackets and dots in their names, tracked as the written method
+GRID_MATRIX = {
+    **WIDE_MATRIX,
+    "methods": {
+        "simcse": {"objective": {"name": "infonce", "tau": 0.05}},
+        "hot": {"objective": {"name": "infonce"}, "grid": {"objective.tau": [0.1, 0.2]}},
+    },
 }
 
 Shape = dict[tuple[str, ...], tuple[str, tuple[str, ...]]]
@@ -94,12 +104,14 @@ def dvc_shape(root: Path) -> Shape:
         return shape
 
 
-@pytest.mark.parametrize("params", [None, WIDE_MATRIX], ids=["default params", "wide matrix"])
+@pytest.mark.parametrize(
+    "params", [None, WIDE_MATRIX, GRID_MATRIX], ids=["default params", "wide matrix", "grid"]
+)
 def test_snakemake_and_dvc_run_the_same_dag(tmp_path: Path, params: dict[str, Any] | None) -> None:
     root = project_copy(tmp_path, params)
     snakemake, dvc = snakemake_shape(root), dvc_shape(root)
     assert snakemake == dvc
-    n_runs = 5 if params else 3
+    n_runs = len(plan_runs(load_params(root / "params.yaml")))
     assert sum(cmd.startswith("python -m stages.train") for cmd, _ in dvc.values()) == n_runs
 
 

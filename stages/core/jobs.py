@@ -11,8 +11,9 @@ the same edits: DVC through the listed params and files, Snakemake through ``job
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from stages.core.runs import (
     plan_baselines,
     plan_runs,
 )
+from stages.core.sweeps import base_method
 
 DVC_YAML = Path("dvc.yaml")
 DVC_HEADER = (
@@ -127,13 +129,13 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
         run_curves = tuple(str(c) for c in run.curve_files)
         curves += run_curves
         deps = (corpus, senteval)
-        keys = ("train", f"methods.{run.method}", f"backbones.{run.backbone}", "data.max_sentences",
-                "identity")  # fmt: skip
+        keys = ("train", f"methods.{base_method(run.method)}", f"backbones.{run.backbone}",
+                "data.max_sentences", "identity")  # fmt: skip
         if run.needs_triplets:
             deps += (str(run.triplets),)
             keys += ("triplets",)
         jobs.append(
-            Job("train", name, "stages.train", name, f, deps=deps, params=keys,
+            Job("train", name, "stages.train", shlex.quote(name), f, deps=deps, params=keys,
                 metrics=(str(run.pointer_file),), plots=run_curves, gpu=True,
                 code_modules=run.code_modules)
         )  # fmt: skip
@@ -144,9 +146,10 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
 
     results = []
     for name, deps, keys in evaluated:
+        experiment = f"--experiment {shlex.quote(name)}"
         out = str(layout.experiment_dir(name) / "senteval.json")
         jobs.append(
-            Job("senteval", name, "stages.evaluate_senteval", f"--experiment {name}", f,
+            Job("senteval", name, "stages.evaluate_senteval", experiment, f,
                 deps=(*deps, senteval), params=("senteval", "identity", *keys), metrics=(out,),
                 gpu=True, code_modules=EVALUATION_CODE["senteval"])
         )  # fmt: skip
@@ -154,7 +157,7 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
         if params.mteb.enabled:
             out = str(layout.experiment_dir(name) / "mteb.json")
             jobs.append(
-                Job("mteb", name, "stages.evaluate_mteb", f"--experiment {name}", f,
+                Job("mteb", name, "stages.evaluate_mteb", experiment, f,
                     deps=(*deps, *(mteb_data if mteb_local else ())),
                     params=("mteb", "identity", *keys), outs=(out,), gpu=True,
                     code_modules=EVALUATION_CODE["mteb"])
@@ -177,16 +180,32 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
             metrics=(str(layout.report_metrics_file()),),
             code_modules=REPORT_CODE)
     )  # fmt: skip
-    return jobs
+    return [replace(job, params=written_keys(params, job.params)) for job in jobs]
+
+
+def written_keys(params: Params, keys: Sequence[str]) -> tuple[str, ...]:
+    """The tracked keys the params file writes (DVC refuses a key that is not in the file)."""
+    present = []
+    for key in keys:
+        try:
+            param_values(params, [key])
+        except (KeyError, TypeError):
+            continue
+        present.append(key)
+    return tuple(present)
 
 
 def param_values(params: Params, keys: Sequence[str]) -> dict[str, Any]:
-    """The values behind dotted params.yaml keys (what DVC compares to decide a rerun)."""
-    tree = params.model_dump(mode="json")
+    """The values behind dotted params keys as the file writes them (what DVC compares to
+    decide a rerun); a method's key is found by its name, which may contain dots."""
+    tree = params.written()
     values = {}
     for key in keys:
         node: Any = tree
-        for part in key.split("."):
+        parts = key.split(".")
+        if parts[0] == "methods":
+            parts = ["methods", key.removeprefix("methods.")]
+        for part in parts:
             node = node[part]
         values[key] = node
     return values

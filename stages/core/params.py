@@ -23,6 +23,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -32,12 +33,17 @@ from pydantic import (
 from stages.core.errors import ParamsError
 from stages.core.mteb_task_sets import TASK_SETS, unknown_task_names
 from stages.core.objective_settings import SETTINGS_BY_NAME, ObjectiveConfig
+from stages.core.sweeps import GridError, expand_grids
 from stages.core.temperature_settings import TemperatureSchedule
 
 DEFAULT_PARAMS = Path("params.yaml")
 # Names that become parts of file paths and of experiment names: keep them path- and CLI-safe.
 Key = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
+# A method's name, or a point of a method's grid: arccse[margin_deg=5] (stages/core/sweeps.py).
+MethodName = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*(\[[^\[\]\s/]+\])?$", max_length=128)
+]
 # torch, numpy and Python's random all take a seed in [0, 2^32)
 Seed = Annotated[int, Field(ge=0, lt=2**32)]
 
@@ -238,7 +244,7 @@ class StoreParams(Section):
 
 
 class ReportParams(Section):
-    baseline_method: Key | None = Field(
+    baseline_method: MethodName | None = Field(
         "simcse", description="significance tests compare each method against this one"
     )
     significance_test: Literal["paired_t", "wilcoxon"] = Field(
@@ -337,7 +343,7 @@ class MethodParams(Section):
 class ExperimentGroup(Section):
     """One cross product of the matrix: every method on every backbone with every seed."""
 
-    methods: tuple[Key, ...] = Field(min_length=1)
+    methods: tuple[MethodName, ...] = Field(min_length=1)
     backbones: tuple[Key, ...] = Field(min_length=1)
     seeds: tuple[Seed, ...] = Field((42,), min_length=1)
 
@@ -367,6 +373,9 @@ class ResolvedMethod(Section):
 
 
 class Params(Section):
+    # The file as written (grids unexpanded): what DVC compares to decide a rerun.
+    _written: dict[str, Any] = PrivateAttr(default_factory=dict)
+
     data: DataParams = DataParams()
     triplets: TripletsParams = TripletsParams()
     train: TrainParams = TrainParams()
@@ -377,7 +386,7 @@ class Params(Section):
     identity: IdentityParams = IdentityParams()
     store: StoreParams = StoreParams()
     backbones: dict[Key, BackboneParams] = Field(min_length=1)
-    methods: dict[Key, MethodParams] = Field(min_length=1)
+    methods: dict[MethodName, MethodParams] = Field(min_length=1)
     experiments: tuple[ExperimentGroup, ...] = Field(min_length=1)
     baselines: dict[Key, BaselineParams] = {}
 
@@ -408,6 +417,11 @@ class Params(Section):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def written(self) -> dict[str, Any]:
+        """The params file as written (grids unexpanded, defaults not filled in): what DVC
+        reads; for params built in code, their full dump."""
+        return self._written or self.model_dump(mode="json")
 
     def method_key(self, method: str) -> str:
         """The key under which the papers' published numbers for ``method`` are filed."""
@@ -512,10 +526,14 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
     if not isinstance(raw, dict):
         raise ParamsError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
     try:
-        return Params.model_validate(raw)
+        params = Params.model_validate(expand_grids(raw))
+    except GridError as err:
+        raise ParamsError(f"{source} is invalid:\n  - {err}") from None
     except ValidationError as err:
         problems = "\n".join(f"  - {line}" for line in _describe(err))
         raise ParamsError(f"{source} is invalid:\n{problems}") from None
+    params._written = copy.deepcopy(raw)
+    return params
 
 
 def duplicate_keys(node: yaml.Node, path: tuple[str, ...] = ()) -> list[str]:

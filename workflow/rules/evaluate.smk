@@ -15,7 +15,7 @@ rule senteval:
         gpu=1,
         runtime=JOBS.runtime("senteval", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m stages.evaluate_senteval --experiment {wildcards.experiment}"
+        "{params.on_gpu} python -m stages.evaluate_senteval --experiment {wildcards.experiment:q}"
         "{params.args} 2>&1 | tee {log}"
 
 
@@ -36,5 +36,5 @@ rule mteb:
         gpu=1,
         runtime=JOBS.runtime("mteb", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m stages.evaluate_mteb --experiment {wildcards.experiment}"
+        "{params.on_gpu} python -m stages.evaluate_mteb --experiment {wildcards.experiment:q}"
         "{params.args} 2>&1 | tee {log}"

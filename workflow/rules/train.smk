@@ -17,4 +17,4 @@ rule train:
         gpu=1,
         runtime=JOBS.runtime("train", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m stages.train {wildcards.experiment}{params.args} 2>&1 | tee {log}"
+        "{params.on_gpu} python -m stages.train {wildcards.experiment:q}{params.args} 2>&1 | tee {log}"
