@@ -25,6 +25,7 @@ from stages import cli
 from stages.cli import parser
 from stages.core import layout
 from stages.core.atomic import write_json, write_text
+from stages.core.cpu_guard import cpu_guard
 from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
 from stages.core.params import Params, load_params
@@ -103,18 +104,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     url = store_url(params.store.url)
     store = SharedStore(url) if url else None
     if not is_complete(run.run_dir):
-        obtain(run, params, store, main_process)
+        obtain(run, params, args.params, store, main_process)
     if main_process:
         write_outputs(run)
 
 
-def obtain(run: Run, params: Params, store: SharedStore | None, main_process: bool) -> None:
+def obtain(
+    run: Run, params: Params, params_file: str, store: SharedStore | None, main_process: bool
+) -> None:
     """Fetch the run from the shared store when it has it complete; otherwise train it here
     (holding the run's lock, and the store's lease) and publish it."""
     if store is not None and store.manifest(run.run_id) is not None:
         if main_process:  # other ranks of a torchrun have nothing to do
             store.fetch(run.run_id, run.run_dir)
         return
+    stop = cpu_guard(params, params_file)
+    if stop:
+        raise StageError(stop)
     verify_workspace_data(run.corpus, layout.DATA / STSB_DEV)
     from stages.training.runner import train_run  # torch: only when there is work to do
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import yaml
 from project_copy import project_copy
-from test_end_to_end import snakemake
+from test_end_to_end import run, snakemake
 
 PRESETS = ("presets/smoke.yaml", "presets/smoke_arccse_margin.yaml")
 
@@ -32,8 +32,9 @@ def runs(root: Path) -> set[str]:
 def test_the_margin_sweep_reuses_the_smoke_run_and_draws_the_margin_figure(tmp_path: Path):
     root = project_copy(tmp_path, None)
     shortened(root)
-    snakemake(root, "experiments/arccse.tiny-bert.s42/train.json", "--config",
-              f"params={PRESETS[0]}")  # fmt: skip
+    target = "experiments/arccse.tiny-bert.s42/train.json"  # before the options taking lists
+    run(["snakemake", target, "--cores", "1", "--resources", "gpu=1", "--config",
+         f"params={PRESETS[0]}"], root)  # fmt: skip
     before = runs(root)
     assert len(before) == 1
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from stages.core.data_check import sha256_of
+from stages.core.data_check import CHUNK, sha256_of
 from stages.core.errors import StageError
 from stages.core.run_lock import RunLocked
 
@@ -141,12 +141,15 @@ class SharedStore:
             return [f"{run_id}: no manifest (an interrupted upload, never complete)"]
         problems = []
         for rel, meta in manifest["files"].items():
+            digest = hashlib.sha256()
             try:
-                data = self.fs.cat_file(self._path(run_id, rel))
+                with self.fs.open(self._path(run_id, rel), "rb") as stored:
+                    while chunk := stored.read(CHUNK):
+                        digest.update(chunk)
             except FileNotFoundError:
                 problems.append(f"{run_id}/{rel}: missing")
                 continue
-            if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+            if digest.hexdigest() != meta["sha256"]:
                 problems.append(f"{run_id}/{rel}: sha256 differs from the manifest")
         return problems
 

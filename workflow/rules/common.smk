@@ -7,6 +7,7 @@ sys.path.insert(0, f"{workflow.basedir}/workflow/rules")
 
 from jobs import RuleJobs
 
+from stages.core import cpu_guard
 from stages.core.errors import ParamsError
 from stages.core.params import load_params
 
