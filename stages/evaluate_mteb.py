@@ -28,8 +28,9 @@ from stages.core.data_check import verify_workspace_data
 from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.mteb_task_sets import TASK_SETS
-from stages.core.params import DEFAULT_PARAMS, POOLERS, MtebParams, load_params
+from stages.core.params import DEFAULT_PARAMS, POOLERS, MtebParams, Params, load_params
 from stages.core.run_store import reuse_evaluation, store_evaluation
+from stages.core.runs import plan_runs
 from stages.evaluation_target import encoder_for
 from stages.modeling.encoder import EncoderError, SentenceEncoder
 
@@ -68,9 +69,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     explicit = args.params != str(DEFAULT_PARAMS)
     params = load_params(args.params) if Path(args.params).is_file() or explicit else None
-    settings = _settings(params.mteb if params else MtebParams(), args)
+    planned = mteb_settings(params, args.experiment) if params else MtebParams()
+    settings = _settings(planned, args)
     # the matrix's own evaluation (settings as params give them) is stored under its id
-    as_planned = bool(args.experiment) and params is not None and settings == params.mteb
+    as_planned = bool(args.experiment) and params is not None and settings == planned
     if args.experiment:
         if params is None:
             raise StageError(f"--experiment needs a params file; {args.params} not found")
@@ -126,6 +128,12 @@ def evaluate_encoder(encoder: SentenceEncoder, label: str, settings: MtebParams)
         )
     except (NoTaskEvaluated, LocalDataError, EncoderError) as err:
         raise StageError(str(err)) from None
+
+
+def mteb_settings(params: Params, experiment: str | None) -> MtebParams:
+    """The experiment's MTEB settings: its method's overrides applied (a baseline: the section)."""
+    runs = plan_runs(params)
+    return params.mteb_for(runs[experiment].method if experiment in runs else None)
 
 
 def _settings(base: MtebParams, args: argparse.Namespace) -> MtebParams:

@@ -126,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser("Generate ArcCSE's masked triplets (s, s', s'') of a corpus as Parquet.")
     p.add_argument("--corpus", required=True, help="training corpus, one sentence per line")
     p.add_argument("--backbone", required=True, help="key in params.yaml's backbones")
+    p.add_argument("--method", help="a method whose triplets overrides apply (default: none)")
     p.add_argument("--output", required=True, help="the Parquet file to write")
     args = p.parse_args(argv)
 
@@ -134,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         defined = ", ".join(sorted(params.backbones))
         raise StageError(f"--backbone {args.backbone!r}: not in {args.params}; defined: {defined}")
     backbone = params.backbones[args.backbone]
+    if args.method is not None and args.method not in params.methods:
+        raise StageError(f"--method {args.method!r}: not in {args.params}")
+    settings = params.triplets_for(args.method) if args.method else params.triplets
     verify_workspace_data(Path(args.corpus))
     lines, corpus_sha256 = read_corpus(args.corpus)
     try:
@@ -144,14 +148,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         ) from None
     try:
         tokenizer = MaskingTokenizer.from_pretrained(loaded)
-        triplets, counts = generate_triplets(lines, tokenizer, params.triplets)
+        triplets, counts = generate_triplets(lines, tokenizer, settings)
     except TripletsError as err:
         raise StageError(f"backbone {args.backbone!r} ({backbone.model}): {err}") from None
 
     stats = triplet_stats(
         triplets,
         counts,
-        params.triplets,
+        settings,
         corpus_sha256=corpus_sha256,
         backbone={"key": args.backbone, "model": backbone.model, "revision": backbone.revision},
         tokenizer=tokenizer,

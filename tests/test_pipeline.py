@@ -15,7 +15,7 @@ import yaml
 from project_copy import project_copy
 
 from stages.core.jobs import build_jobs, check_dvc_yaml
-from stages.core.params import load_params, parse_params
+from stages.core.params import ParamsError, load_params, parse_params
 from stages.core.runs import plan_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,9 +160,37 @@ def test_the_triplets_stage_runs_only_for_objectives_that_need_triplets() -> Non
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     jobs = build_jobs(parse_params(raw))
     triplets = [job for job in jobs if job.stage == "triplets"]
-    assert [job.key for job in triplets] == ["bert-base"]  # arccse.bert-base.s42 needs them
+    params = parse_params(raw)
+    arccse = plan_runs(params)["arccse.bert-base.s42"]
+    assert [job.key for job in triplets] == [arccse.triplets_id]  # arccse.bert-base.s42 needs them
     train = {job.key: job for job in jobs if job.stage == "train"}
     assert triplets[0].outs[0] in train["arccse.bert-base.s42"].deps
     assert triplets[0].outs[0] not in train["simcse.bert-base.s42"].deps
     raw["experiments"] = [{"methods": ["simcse", "simace"], "backbones": ["bert-base"]}]
     assert not [job for job in build_jobs(parse_params(raw)) if job.stage == "triplets"]
+
+
+def test_the_masking_rate_and_the_mteb_tasks_can_differ_per_method() -> None:
+    """ArcCSE's masking-rate study: one triplet file per distinct setting; SimACE's MTEB on its
+    own runs only: the other methods switch it off."""
+    raw = yaml.safe_load((REPO / "presets" / "smoke.yaml").read_text())
+    raw["methods"]["arccse-short15"] = {
+        **raw["methods"]["arccse"],
+        "triplets": {"short_mask_rate": 0.15},
+    }
+    raw["methods"]["simcse"]["mteb"] = {"enabled": False}
+    raw["experiments"] = [{"methods": ["simcse", "arccse", "arccse-short15", "simace"],
+                           "backbones": ["tiny-bert"], "seeds": [42]}]  # fmt: skip
+    params = parse_params(raw)
+    runs = plan_runs(params)
+    jobs = build_jobs(params)
+    triplets = [job for job in jobs if job.stage == "triplets"]
+    ids = {runs[f"{m}.tiny-bert.s42"].triplets_id for m in ("arccse", "arccse-short15")}
+    assert len(ids) == 2 and {job.key for job in triplets} == ids
+    assert "--method arccse-short15" in next(j.cmd for j in triplets if "short15" in j.cmd)
+    assert params.triplets_for("arccse-short15").short_mask_rate == 0.15
+    mteb = {job.key for job in jobs if job.stage == "mteb"}
+    assert "simcse.tiny-bert.s42" not in mteb and "simace.tiny-bert.s42" in mteb
+    with pytest.raises(ParamsError, match=r"methods\.arccse\.triplets\.short_mask_rate"):
+        parse_params({**raw, "methods": {**raw["methods"], "arccse": {
+            **raw["methods"]["arccse"], "triplets": {"short_mask_rate": 2}}}})  # fmt: skip

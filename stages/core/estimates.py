@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stages.core.jobs import Job, build_jobs
-from stages.core.params import DEFAULT_PARAMS, BackboneParams, Params, ResolvedMethod
+from stages.core.params import DEFAULT_PARAMS, BackboneParams, MtebParams, Params, ResolvedMethod
 from stages.core.runs import plan_baselines, plan_runs
 
 
@@ -191,8 +191,7 @@ def senteval_seconds(params: Params, arch: Architecture, hw: Hardware) -> float:
     return hw.startup_seconds + encode + transfer * hw.classifier_seconds * folds / 10
 
 
-def mteb_seconds(params: Params, arch: Architecture, hw: Hardware) -> float:
-    m = params.mteb
+def mteb_seconds(m: MtebParams, arch: Architecture, hw: Hardware) -> float:
     names = list(MTEB_SENTENCES) if m.tasks == "sts" else m.tasks
     if isinstance(names, str):  # another named set: its size, each task an allowance
         sentences = [MTEB_TASK_ALLOWANCE_SENTENCES] * MTEB_SET_SIZES.get(names, 56)
@@ -223,7 +222,8 @@ def job_estimate(params: Params, job: Job) -> Estimate | None:
     elif job.stage == "senteval":
         seconds = senteval_seconds(params, arch, hw)
     else:
-        seconds = mteb_seconds(params, arch, hw)
+        method = runs[job.key].method if job.key in runs else None
+        seconds = mteb_seconds(params.mteb_for(method), arch, hw)
     return Estimate(job.name, seconds, hw)
 
 

@@ -27,6 +27,7 @@ from stages.core.runs import (
     FIGURES_CODE,
     REPORT_CODE,
     TRIPLETS_CODE,
+    Run,
     content_hash,
     plan_baselines,
     plan_runs,
@@ -88,6 +89,23 @@ class Job:
         return (*self.outs, *self.metrics, *self.plots)
 
 
+def overriding_method(params: Params, run: Run | None, section: str) -> tuple[str, ...]:
+    """The written method's key, when it overrides ``section`` for the run (DVC tracks it)."""
+    if run is None or not getattr(params.methods[run.method], section):
+        return ()
+    return (f"methods.{base_method(run.method)}",)
+
+
+def triplets_sources(runs: dict[str, Run]) -> dict[str, Run]:
+    """One triplet file per distinct id (backbone and the methods' triplets settings), made by
+    the stage for the first run that reads it."""
+    sources: dict[str, Run] = {}
+    for run in runs.values():
+        if run.triplets_id:
+            sources.setdefault(run.triplets_id, run)
+    return sources
+
+
 def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
     """Every job of the pipeline, in a valid execution order."""
     f = params_file
@@ -96,9 +114,9 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
     senteval = str(layout.senteval_dir())
     sts_raw = str(layout.sts_raw_dir())
     source = ("data.source", "data.local_dir")
-    mteb_local = params.mteb.enabled and params.mteb.local_data
-    # local copies: STS-B (and STS12-16 with sts_raw) from sts_raw; STS12-16, SICK-R from senteval
-    mteb_data = (sts_raw, senteval) if params.mteb.local_source == "senteval" else (sts_raw,)
+    mteb = {name: params.mteb_for(run.method) for name, run in runs.items()}
+    mteb |= {name: params.mteb for name in plan_baselines(params)}
+    mteb_local = any(m.enabled and m.local_data for m in mteb.values())
 
     jobs = [
         Job("download", "corpus", "stages.download", "corpus", f,
@@ -112,14 +130,16 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
                 params=source, outs=(sts_raw,), dirs=frozenset({sts_raw}))
         )  # fmt: skip
 
-    for backbone in dict.fromkeys(r.backbone for r in runs.values() if r.needs_triplets):
-        out = str(layout.triplets_file(backbone))
+    for tid, run in triplets_sources(runs).items():
+        out = str(layout.triplets_file(tid))
         jobs.append(
-            Job("triplets", backbone, "stages.triplets",
-                f"--backbone {backbone} --corpus {corpus} --output {out}", f,
+            Job("triplets", tid, "stages.triplets",
+                f"--backbone {run.backbone} --method {shlex.quote(run.method)} --corpus {corpus} "
+                f"--output {out}", f,
                 deps=(corpus,),
-                params=("triplets", f"backbones.{backbone}", "identity"),
-                outs=(out, str(layout.triplets_stats_file(backbone))),
+                params=("triplets", f"backbones.{run.backbone}", "identity",
+                        *overriding_method(params, run, "triplets")),
+                outs=(out, str(layout.triplets_stats_file(tid))),
                 code_modules=TRIPLETS_CODE)
         )  # fmt: skip
 
@@ -154,12 +174,18 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
                 gpu=True, code_modules=EVALUATION_CODE["senteval"])
         )  # fmt: skip
         results.append(out)
-        if params.mteb.enabled:
+        settings = mteb[name]
+        mteb_keys = ("mteb", "identity", *keys, *overriding_method(params, runs.get(name), "mteb"))
+        if settings.enabled:
+            # local copies: STS-B (and STS12-16 with sts_raw) from sts_raw; STS12-16, SICK-R
+            # from senteval
+            local = (sts_raw, senteval) if settings.local_source == "senteval" else (sts_raw,)
             out = str(layout.experiment_dir(name) / "mteb.json")
             jobs.append(
                 Job("mteb", name, "stages.evaluate_mteb", experiment, f,
-                    deps=(*deps, *(mteb_data if mteb_local else ())),
-                    params=("mteb", "identity", *keys), outs=(out,), gpu=True,
+                    deps=(*deps, *(local if settings.local_data else ())),
+                    params=mteb_keys,
+                    outs=(out,), gpu=True,
                     code_modules=EVALUATION_CODE["mteb"])
             )  # fmt: skip
             results.append(out)

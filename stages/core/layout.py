@@ -32,13 +32,13 @@ def sts_raw_dir() -> Path:
     return DATA / "sts_raw"
 
 
-def triplets_file(backbone: str) -> Path:
-    """Masked triplets for runs on ``backbone`` (token units use its tokenizer)."""
-    return DATA / "triplets" / f"{backbone}.parquet"
+def triplets_file(triplets_id: str) -> Path:
+    """Masked triplets by their id (corpus, tokenizer, settings, code: stages.core.runs)."""
+    return DATA / "triplets" / f"{triplets_id}.parquet"
 
 
-def triplets_stats_file(backbone: str) -> Path:
-    return DATA / "triplets" / f"{backbone}.stats.json"
+def triplets_stats_file(triplets_id: str) -> Path:
+    return DATA / "triplets" / f"{triplets_id}.stats.json"
 
 
 def run_dir(run_id: str) -> Path:

@@ -321,6 +321,12 @@ class MethodParams(Section):
     objective: ObjectiveConfig
     temperature: TemperatureSchedule = TemperatureSchedule()
     train: dict[str, Any] = Field({}, description="overrides of the train section")
+    triplets: dict[str, Any] = Field(
+        {}, description="overrides of the triplets section for this method (e.g. a masking rate)"
+    )
+    mteb: dict[str, Any] = Field(
+        {}, description="overrides of the mteb section for this method's runs (e.g. its tasks)"
+    )
     per_backbone: dict[Key, MethodOverride] = {}
     method_key: Key | None = Field(
         None,
@@ -408,6 +414,12 @@ class Params(Section):
             problems += _unknown(
                 f"methods.{name}.per_backbone", method.per_backbone, self.backbones
             )
+            for section, resolve in (("triplets", self.triplets_for), ("mteb", self.mteb_for)):
+                try:
+                    resolve(name)
+                except ValidationError as err:
+                    model = TripletsParams if section == "triplets" else MtebParams
+                    problems += _describe(err, prefix=f"methods.{name}.{section}", root=model)
             for backbone in [None, *method.per_backbone]:
                 try:
                     self.resolve(name, backbone)
@@ -426,6 +438,20 @@ class Params(Section):
     def method_key(self, method: str) -> str:
         """The key under which the papers' published numbers for ``method`` are filed."""
         return self.methods[method].method_key or method
+
+    def triplets_for(self, method: str) -> TripletsParams:
+        """The masked-triplet settings of ``method``'s runs: the section, its overrides applied."""
+        overrides = self.methods[method].triplets
+        if not overrides:
+            return self.triplets
+        return TripletsParams.model_validate(_merge(self.triplets.model_dump(), overrides))
+
+    def mteb_for(self, method: str | None) -> MtebParams:
+        """The MTEB settings of ``method``'s runs (None: a baseline's, the section as is)."""
+        overrides = self.methods[method].mteb if method else {}
+        if not overrides:
+            return self.mteb
+        return MtebParams.model_validate(_merge(self.mteb.model_dump(), overrides))
 
     def resolve(self, method: str, backbone: str | None) -> ResolvedMethod:
         """The method's objective, schedule and train settings on ``backbone``."""

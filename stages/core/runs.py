@@ -95,15 +95,16 @@ def dev_set_identity() -> str | None:
     return _manifest_checksums()[STSB_DEV]
 
 
-def triplets_id(params: Params, backbone: str) -> str:
-    """Content address of the masked-triplet file a run on ``backbone`` reads: the corpus, the
-    tokenizer (model and revision), the triplets params and the masking code."""
+def triplets_id(params: Params, backbone: str, method: str) -> str:
+    """Content address of the masked-triplet file ``method``'s runs on ``backbone`` read: the
+    corpus, the tokenizer (model and revision), the method's triplets settings and the masking
+    code. Methods with the same settings share one file."""
     spec = params.backbones[backbone]
     return content_hash(
         {
             "corpus": corpus_identity(params)["sha256"] or params.data.corpus,
             "tokenizer": f"{spec.model}@{spec.revision}",
-            "params": params.triplets.model_dump(mode="json"),
+            "params": params.triplets_for(method).model_dump(mode="json"),
             "code": code_identity(TRIPLETS_CODE),
             "environment": id_environment(params.identity.environment),
         }
@@ -135,7 +136,7 @@ class Run:
 
     @property
     def triplets(self) -> Path | None:
-        return layout.triplets_file(self.backbone) if self.needs_triplets else None
+        return layout.triplets_file(self.triplets_id) if self.triplets_id else None
 
     @property
     def run_dir(self) -> Path:
@@ -184,7 +185,7 @@ class Run:
 def make_run(params: Params, method: str, backbone: str, seed: int) -> Run:
     settings = params.resolve(method, backbone)
     train = settings.train.model_dump(mode="json", exclude=set(EXECUTION_ONLY_TRAIN_KEYS))
-    tid = triplets_id(params, backbone) if settings.objective.needs_triplets else None
+    tid = triplets_id(params, backbone, method) if settings.objective.needs_triplets else None
     identity = {
         "id_schema": ID_SCHEMA,
         "objective": settings.objective.model_dump(mode="json"),
@@ -252,7 +253,10 @@ def dataset_checksums(names: tuple[str, ...]) -> dict[str, str | None]:
 def evaluation_id(stage: str, name: str, params: Params, runs: dict[str, Run]) -> str:
     """Content address of evaluation ``stage`` ('senteval', 'mteb') of experiment ``name``: what
     it scores, its params section, its data, its protocol's code and the environment switch."""
-    section = getattr(params, stage).model_dump(mode="json")
+    method = runs[name].method if name in runs else None
+    section = (params.mteb_for(method) if stage == "mteb" else params.senteval).model_dump(
+        mode="json"
+    )
     return content_hash(
         {
             "stage": stage,

@@ -195,7 +195,8 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
         state: dict[str, Any] = {**identity}
         for source in RESULT_FILES:
             if (source == "train" and entry.kind == "baseline") or (
-                source == "mteb" and not params.mteb.enabled
+                source == "mteb"
+                and not params.mteb_for(entry.method if entry.kind == "run" else None).enabled
             ):
                 state[source] = "n/a"
                 continue

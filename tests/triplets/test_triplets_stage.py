@@ -202,8 +202,8 @@ def test_read_triplets_unreadable_files(tmp_path):
 def test_triplets_id_names_every_input():
     """The corpus, the tokenizer, every triplets param and the masking code's fingerprint."""
     params = load_params(REPO / "params.yaml")
-    base = triplets_id(params, "bert-base")
-    assert base == triplets_id(params, "bert-base") and len(base) == 16
+    base = triplets_id(params, "bert-base", "arccse")
+    assert base == triplets_id(params, "bert-base", "arccse") and len(base) == 16
     raw = params.model_dump(mode="json")
     variants = [
         {"data": {**raw["data"], "corpus": "wiki1m_head_11913"}},
@@ -212,7 +212,7 @@ def test_triplets_id_names_every_input():
             {"short_mask_rate": 0.15}, {"long_mask_rate": 0.45}, {"unit": "word"},
             {"replacement": "delete"}, {"min_words": 20}, {"seed": 7})),
     ]  # fmt: skip
-    ids = {triplets_id(parse_params(raw | v), "bert-base") for v in variants}
+    ids = {triplets_id(parse_params(raw | v), "bert-base", "arccse") for v in variants}
     assert len(ids) == len(variants) and base not in ids
     assert code_identity(TRIPLETS_CODE).keys() >= {
         "stages/triplet_masking.py",

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from stages.core.estimates import job_limit_minutes
-from stages.core.jobs import Job, build_jobs, job_fingerprint
+from stages.core.jobs import Job, build_jobs, job_fingerprint, triplets_sources
 from stages.core.params import Params
+from stages.core.runs import Run, plan_runs
 
 # Snakemake sets OMP_NUM_THREADS and the BLAS thread variables of every job to the rule's
 # threads (1 under --cores 1). GPU jobs get the caller's own values back: on a CPU-only machine
@@ -23,8 +24,13 @@ class RuleJobs:
     def __init__(self, params: Params, params_file: str) -> None:
         self.params = params
         self.jobs = {(job.stage, job.key): job for job in build_jobs(params, params_file)}
+        self.sources = triplets_sources(plan_runs(params))
         # " --params FILE" unless the default params.yaml is used (the same for every job)
         self.params_arg = next(iter(self.jobs.values())).params_arg
+
+    def triplets_source(self, wildcards: Any) -> Run:
+        """The run whose backbone and method the triplets job of this id is made for."""
+        return self.sources[wildcards.triplets_id]
 
     def outputs(self) -> list[str]:
         return [out for job in self.jobs.values() for out in job.outputs]

@@ -1,16 +1,18 @@
 rule triplets:
     input:
-        corpus=lambda w: JOBS.jobs["triplets", w.backbone].deps[0],
+        corpus=lambda w: JOBS.jobs["triplets", w.triplets_id].deps[0],
     output:
-        triplets="data/triplets/{backbone}.parquet",
-        stats="data/triplets/{backbone}.stats.json",
+        triplets="data/triplets/{triplets_id}.parquet",
+        stats="data/triplets/{triplets_id}.stats.json",
     log:
-        "logs/triplets/{backbone}.log",
+        "logs/triplets/{triplets_id}.log",
     conda:
         PIPELINE_ENV
     params:
         args=JOBS.params_arg,
-        fingerprint=JOBS.fingerprint("triplets", wildcard="backbone"),
+        backbone=lambda w: JOBS.triplets_source(w).backbone,
+        method=lambda w: JOBS.triplets_source(w).method,
+        fingerprint=JOBS.fingerprint("triplets", wildcard="triplets_id"),
     shell:
-        "python -m stages.triplets --backbone {wildcards.backbone} --corpus {input.corpus}"
-        " --output {output.triplets}{params.args} 2>&1 | tee {log}"
+        "python -m stages.triplets --backbone {params.backbone} --method {params.method:q}"
+        " --corpus {input.corpus} --output {output.triplets}{params.args} 2>&1 | tee {log}"
