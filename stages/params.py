@@ -153,6 +153,28 @@ class TrainParams(Section):
     triplet_batch_size: PositiveInt | None = Field(
         None, description="masked triplets per step (triplet objectives); null: batch_size"
     )
+    optimizer: Literal["adamw_hf42", "adamw_torch"] = Field(
+        "adamw_hf42",
+        description="adamw_hf42: transformers 4.2's AdamW as SimCSE trains (eps added to sqrt(v) "
+        "before the bias correction, weight decay after the step); adamw_torch: torch's AdamW",
+    )
+    dev_precision: Literal["fp32", "train"] = Field(
+        "fp32", description="STS-B dev encoding: fp32 as SimCSE, or the training precision"
+    )
+    gradient_accumulation_steps: PositiveInt = Field(
+        1, description="micro-batches of batch_size (each its own contrastive batch) per update"
+    )
+    view_dropout: Literal["both", "first"] = Field(
+        "both", description="dropout on both contrastive views (SimCSE) or the first only"
+    )
+    triplet_dropout: bool = Field(
+        False, description="dropout on in the triplet branch (ArcCSE: off; Table 3 ablation)"
+    )
+    sampling: Literal["uniform", "by_length"] = Field(
+        "uniform",
+        description="batch order: a uniform permutation (SimCSE), or batches of similar length "
+        "(megabatches of 50 batches sorted by length, as transformers' group_by_length)",
+    )
 
 
 class SentEvalParams(Section):

@@ -204,7 +204,12 @@ class _Training:
             self.forward = torch.compile(self.forward, dynamic=True)  # type: ignore[assignment]
 
         self.dev_encoder = DevEncoder(
-            self.encoder, self.tokenizer, train.eval_pooler, runtime, job.eval_batch_size
+            self.encoder,
+            self.tokenizer,
+            train.eval_pooler,
+            runtime,
+            job.eval_batch_size,
+            train.dev_precision,
         )
         self.recorder = StepRecorder(job.objective.name)
         self.step = 0
@@ -314,6 +319,7 @@ class _Training:
         return {
             "device": str(self.runtime.device),
             "precision": self.runtime.precision,
+            "eval_precision": self.dev_encoder.precision,
             "world_size": self.ctx.world_size,
             "compile": self.job.train.compile,
             "torch": torch.__version__,
@@ -449,6 +455,7 @@ class _Training:
                         "step": step,
                         **scores,
                         "best": improved,
+                        "eval_precision": self.dev_encoder.precision,
                         "eval_s": time.perf_counter() - began,
                     }
                 ]
@@ -505,6 +512,7 @@ class _Training:
                 "steps_per_s_this_session": steps_now / wall if wall > 0 else None,
                 "device": str(self.runtime.device),
                 "precision": self.runtime.precision,
+                "eval_precision": self.dev_encoder.precision,
                 "world_size": self.ctx.world_size,
             },
         }

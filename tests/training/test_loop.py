@@ -263,3 +263,30 @@ def test_bf16_autocast_on_cpu_keeps_the_objective_in_fp32(
     train(job, dev_evaluator)
     assert probe._seen == [(torch.float32, False)] * 5
     assert json.loads((out / "config.json").read_text())["execution"]["precision"] == "bf16"
+
+
+@pytest.mark.parametrize(("dev_precision", "expected"), [("fp32", "fp32"), ("train", "bf16")])
+def test_dev_evaluation_of_a_bf16_run_encodes_in_fp32_by_default(
+    dev_precision: str, expected: str, corpus: Path, token_cache: Path, dev_evaluator, tmp_path
+) -> None:
+    seen: list[torch.dtype] = []
+
+    def watching(encode):
+        linear = next(m for m in encode.model.encoder.modules() if isinstance(m, torch.nn.Linear))
+        hook = linear.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+        try:
+            return dev_evaluator(encode)
+        finally:
+            hook.remove()
+
+    out = tmp_path / "run"
+    job = make_job(
+        corpus, out, token_cache, precision="bf16", dev_precision=dev_precision, max_steps=2
+    )
+    metrics = train(job, watching)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[expected]
+    assert seen and set(seen) == {dtype}
+    evals = [r for r in read_log(out / "log.jsonl") if r["event"] == "eval"]
+    assert [r["eval_precision"] for r in evals] == [expected]
+    assert metrics["timing"]["eval_precision"] == expected
+    assert metrics["timing"]["precision"] == "bf16"
