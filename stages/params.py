@@ -359,7 +359,13 @@ class ResolvedMethod(Section):
         if self.temperature.schedule != "constant" and not self.objective.uses_temperature:
             raise ValueError(
                 f"temperature.schedule '{self.temperature.schedule}': objective "
-                f"'{self.objective.name}' has no temperature to schedule"
+                f"'{self.objective.name}' has no temperature to schedule in this configuration"
+            )
+        unused = self.objective.unused_settings()
+        if unused:
+            raise ValueError(
+                f"objective.{', objective.'.join(unused)}: objective '{self.objective.name}' does "
+                "not read it in this configuration (see its switches); remove it"
             )
         return self
 
@@ -414,7 +420,10 @@ class Params(Section):
         m = self.methods[method]
         override = m.per_backbone.get(backbone) if backbone else None
         resolved = {
-            "objective": _merge(m.objective.model_dump(), override and override.objective),
+            # exclude_unset: the resolved objective knows which fields were given (unused_settings)
+            "objective": _merge(
+                m.objective.model_dump(exclude_unset=True), override and override.objective
+            ),
             "temperature": _merge(m.temperature.model_dump(), override and override.temperature),
             "train": _merge(_merge(self.train.model_dump(), m.train), override and override.train),
         }
@@ -448,7 +457,8 @@ def _describe(
         if e["type"] == "too_short" and any(o[: len(loc)] == loc and o != loc for o in locs):
             continue  # a container emptied by its failing items: the items' errors say why
         if not loc and e["type"] == "value_error":
-            lines += e["msg"].removeprefix("Value error, ").splitlines()  # already have paths
+            found = e["msg"].removeprefix("Value error, ").splitlines()  # paths below prefix
+            lines += [f"{prefix}.{line}" if prefix else line for line in found]
             continue
         shown = [str(p) for i, p in enumerate(loc) if not _is_objective_tag(loc, i)]
         msg = e["msg"].removeprefix("Value error, ")

@@ -35,10 +35,16 @@ class ObjectiveParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    # Whether the objective reads a temperature (and so accepts a temperature schedule).
+    # Whether the objective reads a temperature (and so accepts a temperature schedule); a
+    # property where it depends on the configuration (paper 002's softmax_weight).
     uses_temperature: ClassVar[bool] = False
     # Whether the trainer must encode ArcCSE masked triplets (dropout off) for this objective.
     needs_triplets: ClassVar[bool] = False
+
+    def unused_settings(self) -> tuple[str, ...]:
+        """Fields given explicitly (not left to their defaults) that this configuration does not
+        read, so a setting that would silently change nothing is refused (params validation)."""
+        return ()
 
     @property
     def initial_tau(self) -> float | None:

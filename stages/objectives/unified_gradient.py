@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -116,6 +116,20 @@ class _UnifiedGradientObjective(ObjectiveParams):
         "neighbour in the other view)",
     )
 
+    def unused_settings(self) -> tuple[str, ...]:
+        """tau and nu belong to W (tau only with softmax_weight, nu only without), r to R, m to
+        GD; the same field explicitly set where its switch leaves it unread is refused."""
+        softmax_weight = getattr(self, "softmax_weight", None)
+        unread = {
+            "tau": softmax_weight is False,
+            "uniformity_weight": softmax_weight is True,
+            "off_diagonal_weight": softmax_weight is True,
+            "covariance_weight": softmax_weight is True,
+            "ratio": not self.static_ratio,
+            "margin": not self.gradient_dissipation,
+        }
+        return tuple(sorted(f for f in self.model_fields_set if unread.get(f, False)))
+
     @property
     def modified(self) -> bool:
         # MHS has no softmax_weight switch: its weight needs no modification (Table 5).
@@ -191,7 +205,10 @@ class AlignMHE(_UnifiedGradientObjective):
     tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
     ratio: float = Field(1.75, gt=0, description="r (Table 6: 1.75 BERT-base, 1.25 RoBERTa-base)")
 
-    uses_temperature: ClassVar[bool] = True
+    @property
+    def uses_temperature(self) -> bool:  # type: ignore[override]
+        """Only the W modification (softmax_weight) has a temperature."""
+        return self.softmax_weight
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
         uniformity = sum(log_mean_offdiagonal_exp(gram(x), t=1.0) for x in (h, h_pos))
@@ -269,7 +286,10 @@ class BarlowTwins(_UnifiedGradientObjective):
     tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
     ratio: float = Field(1.5, gt=0, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
 
-    uses_temperature: ClassVar[bool] = True
+    @property
+    def uses_temperature(self) -> bool:  # type: ignore[override]
+        """Only the W modification (softmax_weight) has a temperature."""
+        return self.softmax_weight
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
         """Without the D x D matrix C (O(N d^2)): C_kk = mean_i h_ik h'_ik, and
@@ -325,7 +345,10 @@ class VICReg(_UnifiedGradientObjective):
     tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
     ratio: float = Field(1.5, gt=0, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
 
-    uses_temperature: ClassVar[bool] = True
+    @property
+    def uses_temperature(self) -> bool:  # type: ignore[override]
+        """Only the W modification (softmax_weight) has a temperature."""
+        return self.softmax_weight
 
     def _original_loss(self, h: torch.Tensor, h_pos: torch.Tensor) -> torch.Tensor:
         n = h.size(0)
