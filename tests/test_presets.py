@@ -34,11 +34,9 @@ NOT_REPRODUCED = {
     "first_last_avg": "an untrained baseline: the presets' `baselines`, not a trained method",
     "last_avg": "an untrained baseline: the presets' `baselines`, not a trained method",
     "glove_avg": "GloVe vectors, not a transformer the pipeline trains",
-    "arccse_arccon_dropout_mixed": "ArcCSE Table 3: ArcCon with one dropout-off view; the trainer "
-    "has no per-view dropout switch",
-    "arccse_triplet_dropout_on": "ArcCSE Table 3: triplets encoded with dropout on; the trainer "
-    "always encodes triplets with dropout off",
 }
+# Presets beyond a paper's own: its ablations (published.csv's paper id -> preset).
+ABLATIONS = {"arccse": "presets/arccse_ablation.yaml"}
 PAPER_BACKBONES = {"bert-base", "bert-large", "roberta-base", "roberta-large"}  # not SBERT
 
 
@@ -47,16 +45,21 @@ def presets() -> dict[str, Params]:
     return {paper: load_params(REPO / path) for paper, path in PRESETS.items()}
 
 
+@pytest.fixture(scope="module")
+def ablations() -> dict[str, Params]:
+    return {paper: load_params(REPO / path) for paper, path in ABLATIONS.items()}
+
+
 SMOKE = "presets/smoke.yaml"  # not a paper's: every objective family on a tiny model, on CPU
 
 
 def test_every_preset_file_is_listed() -> None:
     assert sorted(p.name for p in (REPO / "presets").glob("*.yaml")) == sorted(
-        Path(p).name for p in [*PRESETS.values(), SMOKE]
+        Path(p).name for p in [*PRESETS.values(), *ABLATIONS.values(), SMOKE]
     )
 
 
-@pytest.mark.parametrize("path", ["params.yaml", *PRESETS.values(), SMOKE])
+@pytest.mark.parametrize("path", ["params.yaml", *PRESETS.values(), *ABLATIONS.values(), SMOKE])
 def test_every_key_dvc_tracks_is_spelled_out(path: str) -> None:
     """DVC reads tracked params from the file itself, so a key left to its schema default
     would stop `dvc repro` ("Parameters ... are missing")."""
@@ -125,14 +128,19 @@ def trained_keys(params: Params) -> set[tuple[str, str]]:
     return {(params.method_key(r.method), r.backbone) for r in plan_runs(params).values()}
 
 
-def test_every_published_method_is_a_method_of_some_preset(presets: dict[str, Params]) -> None:
+def test_every_published_method_is_a_method_of_some_preset(
+    presets: dict[str, Params], ablations: dict[str, Params]
+) -> None:
     keys = set(published().get_column("method_key").drop_nulls()) - {""}
-    defined = {p.method_key(m) for p in presets.values() for m in p.methods}
+    every = [*presets.values(), *ablations.values()]
+    defined = {p.method_key(m) for p in every for m in p.methods}
     assert keys - defined == set(NOT_REPRODUCED)
     assert not set(NOT_REPRODUCED) & defined
 
 
-def test_each_papers_own_runs_are_in_its_preset(presets: dict[str, Params]) -> None:
+def test_each_papers_own_runs_are_in_its_presets(
+    presets: dict[str, Params], ablations: dict[str, Params]
+) -> None:
     own = published().filter(
         (pl.col("provenance") == "own")
         & pl.col("method_key").is_not_null()
@@ -144,7 +152,9 @@ def test_each_papers_own_runs_are_in_its_preset(presets: dict[str, Params]) -> N
         for paper, key, backbone, table in own.select("paper", "method_key", "backbone", "table")
         .unique()
         .iter_rows()
-        if (key, backbone) not in trained_keys(presets[paper])
+        if (key, backbone)
+        not in trained_keys(presets[paper])
+        | (trained_keys(ablations[paper]) if paper in ablations else set())
     ]
     assert not missing
 
@@ -199,6 +209,30 @@ def test_arccse_section_4(presets: dict[str, Params]) -> None:
     )
     assert resolved(p, "arccse_no_arccon", "bert-base").objective.margin_deg == 0
     assert resolved(p, "arccse_no_triplet", "bert-base").objective.name == "arccon"
+
+
+def test_arccse_table_3_and_gradient_accumulation(
+    presets: dict[str, Params], ablations: dict[str, Params]
+) -> None:
+    """spec-arccse-alignunif A.4 (Table 3) and A.9.6 ('update every 64 steps')."""
+    p = ablations["arccse"]
+    default = resolved(p, "arccse", "bert-base")
+    assert default == resolved(presets["arccse"], "arccse", "bert-base")  # the same run
+    assert (default.train.view_dropout, default.train.triplet_dropout) == ("both", False)
+    mixed = [m for m in p.methods if p.method_key(m) == "arccse_arccon_dropout_mixed"]
+    margins = sorted(resolved(p, m, "bert-base").objective.margin_deg for m in mixed)
+    assert margins == [2, 4, 6, 8, 10, 12]  # "m swept over 2-12 degrees, best reported"
+    assert {resolved(p, m, "bert-base").train.view_dropout for m in mixed} == {"first"}
+    (on,) = [m for m in p.methods if p.method_key(m) == "arccse_triplet_dropout_on"]
+    assert resolved(p, on, "bert-base").train.triplet_dropout
+    accumulated = {
+        (t.batch_size, t.gradient_accumulation_steps)
+        for m in p.methods
+        if (t := resolved(p, m, "bert-base").train).gradient_accumulation_steps > 1
+    }
+    assert accumulated == {(8, 8), (16, 4), (32, 2), (16, 64)}
+    planned = {r.method for r in plan_runs(p).values()}
+    assert planned == set(p.methods)
 
 
 def test_unified_gradient_tables_6_and_7_and_scripts(presets: dict[str, Params]) -> None:
