@@ -222,6 +222,23 @@ def test_every_preset_runs_the_implementation_behind_the_published_numbers(
             assert getattr(objective, "implementation", "code") == "code", run.method
 
 
+@pytest.mark.parametrize("backbone", ["bert-base", "bert-large"])
+def test_the_published_arccon_runs_are_configured_once(
+    backbone: str, presets: dict[str, Params]
+) -> None:
+    """SimACE Table 1 and the cool-down paper's Tables 3/9 print the same ArcCon numbers, trained
+    with 'ArcCSE's default configuration': every preset's ArcCon is ArcCSE w/o Triplet loss
+    (max length 512 dynamic on base, 32 on large; dev every 125; length-grouped batches)."""
+    arccse = resolved(presets["arccse"], "arccse_no_triplet", "bert-base")
+    reference = resolved(presets["arccse"], "arccse_no_triplet", backbone)
+    assert (arccse.train.max_seq_length, arccse.train.eval_steps) == (512, 125)
+    assert arccse.train.sampling == "by_length"
+    assert resolved(presets["simace"], "arccon", backbone) == reference
+    assert resolved(presets["cooldown"], "arccon", backbone) == reference
+    for name in ("arccon_tcc", "arccon_tcs"):
+        assert resolved(presets["cooldown"], name, backbone).train == reference.train
+
+
 def test_arccse_table_3_and_gradient_accumulation(
     presets: dict[str, Params], ablations: dict[str, Params]
 ) -> None:
