@@ -239,6 +239,24 @@ def test_the_published_arccon_runs_are_configured_once(
         assert resolved(presets["cooldown"], name, backbone).train == reference.train
 
 
+def test_sweeps_the_papers_report_outside_their_tables(presets: dict[str, Params]) -> None:
+    """SimACE Appendix I (tau 0.05, 0.07 on BERT-base); paper 003 Fig. 3a/3c-e (MPT margins)."""
+    simace = presets["simace"]
+    taus = {
+        resolved(simace, r.method, r.backbone).objective.tau
+        for r in plan_runs(simace).values()
+        if simace.method_key(r.method) == "simace" and r.backbone == "bert-base"
+    }
+    assert taus == {0.05, 0.06, 0.07}
+    p003 = presets["align_uniform"]
+    margins = {
+        resolved(p003, r.method, r.backbone).objective.margin
+        for r in plan_runs(p003).values()
+        if p003.method_key(r.method) == "mpt" and r.backbone == "bert-base"
+    }
+    assert {0.10, 0.23, 0.80} <= margins and len(margins) >= 5
+
+
 def test_arccse_table_3_and_gradient_accumulation(
     presets: dict[str, Params], ablations: dict[str, Params]
 ) -> None:
@@ -301,7 +319,7 @@ def test_align_uniform_table_2(presets: dict[str, Params]) -> None:
     assert resolved(p, "met", "bert-large").objective.margin == 0.50
     assert resolved(p, "mpt", "roberta-base").objective.margin == 0.29
     assert resolved(p, "simcse", "roberta-base").train.batch_size == 128
-    assert [g.seeds for g in p.experiments] == [(42, 43, 44)]
+    assert [g.seeds for g in p.experiments] == [(42, 43, 44), (42,)]  # Table 1; Fig. 3 sweep
 
 
 def test_cooldown_table_6(presets: dict[str, Params]) -> None:
@@ -322,7 +340,8 @@ def test_cooldown_table_6(presets: dict[str, Params]) -> None:
 # Methods whose spec marks an ambiguity in their hyperparameters or reading (spec sections in
 # each method's readings); every other method of a preset is unambiguous.
 NEED_READINGS = {
-    "simace": {"simcse", "arccon", "simace", "simace_no_margin", "simace_margin_neg"},
+    "simace": {"simcse", "arccon", "simace", "simace_no_margin", "simace_margin_neg"}
+    | {"simace-tau-0_05", "simace-tau-0_07"},
     "arccse": {"arccse", "arccse_no_triplet", "arccse_no_arccon"},
     "unified_gradient": {
         f"{o}_{v}"
@@ -330,7 +349,8 @@ NEED_READINGS = {
         for v in ("original", "gd", "gd_w", "modified")
     }
     - {"align_mhs_gd_w"},
-    "align_uniform": {"align_uniform", "dcl", "mpt", "met", "mat"},
+    "align_uniform": {"align_uniform", "dcl", "mpt", "met", "mat"}
+    | {f"mpt-m0_{m}" for m in ("10", "15", "30", "40", "60", "80")},
     "cooldown": {"simcse", "tcc", "tcs", "arccon", "arccon_tcc", "arccon_tcs"}
     | {f"simcse-tau-0_{t:02d}" for t in range(6, 11)},
 }
