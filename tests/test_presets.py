@@ -89,16 +89,16 @@ def test_preset_plans_and_dry_runs_every_run(
     assert f"{len(runs)} trained runs" in report and "GPU-hours in all" in report
 
 
-@pytest.mark.parametrize("paper", PRESETS)
+@pytest.mark.parametrize("path", [*PRESETS.values(), *ABLATIONS.values()])
 def test_preset_generates_a_dvc_pipeline(
-    paper: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # stages.pipeline writes ./dvc.yaml
-    pipeline.main(["dvc", "--params", str(REPO / PRESETS[paper])])
+    pipeline.main(["dvc", "--params", str(REPO / path)])
     stages = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
     trains = [s for s in stages.values() if s["cmd"].startswith("python -m stages.train")]
-    assert len(trains) == len(plan_runs(load_params(REPO / PRESETS[paper])))
-    assert all(f"--params {REPO / PRESETS[paper]}" in s["cmd"] for s in stages.values())
+    assert len(trains) == len(plan_runs(load_params(REPO / path)))
+    assert all(f"--params {REPO / path}" in s["cmd"] for s in stages.values())
 
 
 def test_snakemake_dry_runs_every_preset(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_snakemake_dry_runs_every_preset(tmp_path: Path) -> None:
     for name in ("workflow", "stages", "presets"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     snakemake = Path(sys.executable).with_name("snakemake")
-    for paper, path in PRESETS.items():
+    for paper, path in [*PRESETS.items(), *ABLATIONS.items()]:
         done = subprocess.run(
             [str(snakemake), "-n", "--quiet", "rules", "--cores", "1",
              "--config", f"params={path}"],
