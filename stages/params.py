@@ -361,6 +361,10 @@ class ResolvedMethod(Section):
                 f"temperature.schedule '{self.temperature.schedule}': objective "
                 f"'{self.objective.name}' has no temperature to schedule in this configuration"
             )
+        if self.train.triplet_dropout and not self.objective.needs_triplets:
+            raise ValueError(
+                f"train.triplet_dropout: objective '{self.objective.name}' has no triplet branch"
+            )
         unused = self.objective.unused_settings()
         if unused:
             raise ValueError(

@@ -164,6 +164,11 @@ BAD_PARAMS = [
         ["objective.uniformity_weight: objective 'align_mhe' does not read it"],
     ),
     (
+        "triplet dropout on an objective without triplets",
+        set_key("methods.simcse.train", {"triplet_dropout": True}),
+        ["methods.simcse.train.triplet_dropout: objective 'infonce' has no triplet branch"],
+    ),
+    (
         "unknown SentEval task",
         set_key("senteval.tasks", ["STS12", "STS17"]),
         ["senteval.tasks.1", "'STS17'", "'STS12'"],
