@@ -85,6 +85,14 @@ def test_steps_follow_corpus_epochs_batch_and_caps() -> None:
     small = parse_params({**MATRIX, "data": {"corpus": "wiki1m", "max_sentences": 640},
                           "train": {"epochs": 3}})  # fmt: skip
     assert train_steps(small, small.resolve("simcse", "base")) == 30
+    accumulated = parse_params({**MATRIX, "train": {"gradient_accumulation_steps": 4}})
+    settings = accumulated.resolve("simcse", "base")
+    assert train_steps(accumulated, settings) == 15_625 // 4 + 1  # updates, not batches
+    plain = parse_params(MATRIX)
+    arch = architecture(plain.backbones["base"])
+    seconds = (train_seconds(plain, plain.resolve("simcse", "base"), arch),
+               train_seconds(accumulated, settings, arch))  # fmt: skip
+    assert seconds[1] < seconds[0]  # the same batches, a quarter of the dev evaluations
 
 
 def test_the_default_job_matches_the_documented_gpu_budget() -> None:

@@ -119,6 +119,56 @@ BAD_PARAMS = [
         ["methods.simcse.temperature.schedule", "'constant', 'tcc', 'tcs' or 'linear'"],
     ),
     (
+        "schedule on align_mhe whose loss has no tau with softmax_weight off",
+        set_key(
+            "methods.simcse",
+            {
+                "objective": {"name": "align_mhe"},
+                "temperature": {"schedule": "tcc", "initial_tau": 0.1, "step_ratio": 0.5},
+            },
+        ),
+        ["methods.simcse", "align_mhe' has no temperature to schedule in this configuration"],
+    ),
+    (
+        "schedule on vicreg in a per-backbone override turning softmax_weight off",
+        set_key(
+            "methods.simcse",
+            {
+                "objective": {"name": "vicreg", "softmax_weight": True},
+                "temperature": {"schedule": "tcs", "initial_tau": 0.1, "step_ratio": 0.5},
+                "per_backbone": {"bert-base": {"objective": {"softmax_weight": False}}},
+            },
+        ),
+        ["methods.simcse.per_backbone.bert-base", "'vicreg' has no temperature to schedule"],
+    ),
+    (
+        "tau given where barlow_twins does not read it",
+        set_key("methods.simcse.objective", {"name": "barlow_twins", "tau": 0.1}),
+        ["methods.simcse", "objective.tau: objective 'barlow_twins' does not read it"],
+    ),
+    (
+        "ratio and margin given without their switches",
+        set_key("methods.simcse.objective", {"name": "align_mhs", "ratio": 1.2, "margin": 0.3}),
+        ["methods.simcse", "objective.margin, objective.ratio: objective 'align_mhs'"],
+    ),
+    (
+        "nu given where the softmax weight replaces it",
+        set_key(
+            "methods.simcse.objective",
+            {
+                "name": "align_mhe",
+                "softmax_weight": True,
+                "uniformity_weight": 5,
+            },
+        ),
+        ["objective.uniformity_weight: objective 'align_mhe' does not read it"],
+    ),
+    (
+        "triplet dropout on an objective without triplets",
+        set_key("methods.simcse.train", {"triplet_dropout": True}),
+        ["methods.simcse.train.triplet_dropout: objective 'infonce' has no triplet branch"],
+    ),
+    (
         "unknown SentEval task",
         set_key("senteval.tasks", ["STS12", "STS17"]),
         ["senteval.tasks.1", "'STS17'", "'STS12'"],
@@ -161,6 +211,15 @@ def test_bad_params_are_rejected_with_the_key_path(edit: Any, fragments: list[st
     assert message.startswith("params.yaml is invalid:")
     for fragment in fragments:
         assert fragment in message
+
+
+def test_a_schedule_on_a_softmax_weighted_paradigm_objective_is_accepted() -> None:
+    edit = set_key("methods.simcse", {
+        "objective": {"name": "barlow_twins", "softmax_weight": True, "tau": 0.05},
+        "temperature": {"schedule": "tcc", "initial_tau": 0.1, "step_ratio": 0.5},
+    })  # fmt: skip
+    method = parse_params(edited(edit)).resolve("simcse", None)
+    assert method.objective.uses_temperature and method.objective.initial_tau == 0.05
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -34,11 +34,9 @@ NOT_REPRODUCED = {
     "first_last_avg": "an untrained baseline: the presets' `baselines`, not a trained method",
     "last_avg": "an untrained baseline: the presets' `baselines`, not a trained method",
     "glove_avg": "GloVe vectors, not a transformer the pipeline trains",
-    "arccse_arccon_dropout_mixed": "ArcCSE Table 3: ArcCon with one dropout-off view; the trainer "
-    "has no per-view dropout switch",
-    "arccse_triplet_dropout_on": "ArcCSE Table 3: triplets encoded with dropout on; the trainer "
-    "always encodes triplets with dropout off",
 }
+# Presets beyond a paper's own: its ablations (published.csv's paper id -> preset).
+ABLATIONS = {"arccse": "presets/arccse_ablation.yaml"}
 PAPER_BACKBONES = {"bert-base", "bert-large", "roberta-base", "roberta-large"}  # not SBERT
 
 
@@ -47,16 +45,21 @@ def presets() -> dict[str, Params]:
     return {paper: load_params(REPO / path) for paper, path in PRESETS.items()}
 
 
+@pytest.fixture(scope="module")
+def ablations() -> dict[str, Params]:
+    return {paper: load_params(REPO / path) for paper, path in ABLATIONS.items()}
+
+
 SMOKE = "presets/smoke.yaml"  # not a paper's: every objective family on a tiny model, on CPU
 
 
 def test_every_preset_file_is_listed() -> None:
     assert sorted(p.name for p in (REPO / "presets").glob("*.yaml")) == sorted(
-        Path(p).name for p in [*PRESETS.values(), SMOKE]
+        Path(p).name for p in [*PRESETS.values(), *ABLATIONS.values(), SMOKE]
     )
 
 
-@pytest.mark.parametrize("path", ["params.yaml", *PRESETS.values(), SMOKE])
+@pytest.mark.parametrize("path", ["params.yaml", *PRESETS.values(), *ABLATIONS.values(), SMOKE])
 def test_every_key_dvc_tracks_is_spelled_out(path: str) -> None:
     """DVC reads tracked params from the file itself, so a key left to its schema default
     would stop `dvc repro` ("Parameters ... are missing")."""
@@ -86,16 +89,16 @@ def test_preset_plans_and_dry_runs_every_run(
     assert f"{len(runs)} trained runs" in report and "GPU-hours in all" in report
 
 
-@pytest.mark.parametrize("paper", PRESETS)
+@pytest.mark.parametrize("path", [*PRESETS.values(), *ABLATIONS.values()])
 def test_preset_generates_a_dvc_pipeline(
-    paper: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # stages.pipeline writes ./dvc.yaml
-    pipeline.main(["dvc", "--params", str(REPO / PRESETS[paper])])
+    pipeline.main(["dvc", "--params", str(REPO / path)])
     stages = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
     trains = [s for s in stages.values() if s["cmd"].startswith("python -m stages.train")]
-    assert len(trains) == len(plan_runs(load_params(REPO / PRESETS[paper])))
-    assert all(f"--params {REPO / PRESETS[paper]}" in s["cmd"] for s in stages.values())
+    assert len(trains) == len(plan_runs(load_params(REPO / path)))
+    assert all(f"--params {REPO / path}" in s["cmd"] for s in stages.values())
 
 
 def test_snakemake_dry_runs_every_preset(tmp_path: Path) -> None:
@@ -106,7 +109,7 @@ def test_snakemake_dry_runs_every_preset(tmp_path: Path) -> None:
     for name in ("workflow", "stages", "presets"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     snakemake = Path(sys.executable).with_name("snakemake")
-    for paper, path in PRESETS.items():
+    for paper, path in [*PRESETS.items(), *ABLATIONS.items()]:
         done = subprocess.run(
             [str(snakemake), "-n", "--quiet", "rules", "--cores", "1",
              "--config", f"params={path}"],
@@ -125,14 +128,19 @@ def trained_keys(params: Params) -> set[tuple[str, str]]:
     return {(params.method_key(r.method), r.backbone) for r in plan_runs(params).values()}
 
 
-def test_every_published_method_is_a_method_of_some_preset(presets: dict[str, Params]) -> None:
+def test_every_published_method_is_a_method_of_some_preset(
+    presets: dict[str, Params], ablations: dict[str, Params]
+) -> None:
     keys = set(published().get_column("method_key").drop_nulls()) - {""}
-    defined = {p.method_key(m) for p in presets.values() for m in p.methods}
+    every = [*presets.values(), *ablations.values()]
+    defined = {p.method_key(m) for p in every for m in p.methods}
     assert keys - defined == set(NOT_REPRODUCED)
     assert not set(NOT_REPRODUCED) & defined
 
 
-def test_each_papers_own_runs_are_in_its_preset(presets: dict[str, Params]) -> None:
+def test_each_papers_own_runs_are_in_its_presets(
+    presets: dict[str, Params], ablations: dict[str, Params]
+) -> None:
     own = published().filter(
         (pl.col("provenance") == "own")
         & pl.col("method_key").is_not_null()
@@ -144,7 +152,9 @@ def test_each_papers_own_runs_are_in_its_preset(presets: dict[str, Params]) -> N
         for paper, key, backbone, table in own.select("paper", "method_key", "backbone", "table")
         .unique()
         .iter_rows()
-        if (key, backbone) not in trained_keys(presets[paper])
+        if (key, backbone)
+        not in trained_keys(presets[paper])
+        | (trained_keys(ablations[paper]) if paper in ablations else set())
     ]
     assert not missing
 
@@ -201,6 +211,76 @@ def test_arccse_section_4(presets: dict[str, Params]) -> None:
     assert resolved(p, "arccse_no_triplet", "bert-base").objective.name == "arccon"
 
 
+def test_every_preset_runs_the_implementation_behind_the_published_numbers(
+    presets: dict[str, Params], ablations: dict[str, Params]
+) -> None:
+    """One policy: papers 002 and 003 tuned their tables' values on their released code, which
+    produced the published numbers, so every preset runs implementation: code."""
+    for params in [*presets.values(), *ablations.values()]:
+        for run in plan_runs(params).values():
+            objective = resolved(params, run.method, run.backbone).objective
+            assert getattr(objective, "implementation", "code") == "code", run.method
+
+
+@pytest.mark.parametrize("backbone", ["bert-base", "bert-large"])
+def test_the_published_arccon_runs_are_configured_once(
+    backbone: str, presets: dict[str, Params]
+) -> None:
+    """SimACE Table 1 and the cool-down paper's Tables 3/9 print the same ArcCon numbers, trained
+    with 'ArcCSE's default configuration': every preset's ArcCon is ArcCSE w/o Triplet loss
+    (max length 512 dynamic on base, 32 on large; dev every 125; length-grouped batches)."""
+    arccse = resolved(presets["arccse"], "arccse_no_triplet", "bert-base")
+    reference = resolved(presets["arccse"], "arccse_no_triplet", backbone)
+    assert (arccse.train.max_seq_length, arccse.train.eval_steps) == (512, 125)
+    assert arccse.train.sampling == "by_length"
+    assert resolved(presets["simace"], "arccon", backbone) == reference
+    assert resolved(presets["cooldown"], "arccon", backbone) == reference
+    for name in ("arccon_tcc", "arccon_tcs"):
+        assert resolved(presets["cooldown"], name, backbone).train == reference.train
+
+
+def test_sweeps_the_papers_report_outside_their_tables(presets: dict[str, Params]) -> None:
+    """SimACE Appendix I (tau 0.05, 0.07 on BERT-base); paper 003 Fig. 3a/3c-e (MPT margins)."""
+    simace = presets["simace"]
+    taus = {
+        resolved(simace, r.method, r.backbone).objective.tau
+        for r in plan_runs(simace).values()
+        if simace.method_key(r.method) == "simace" and r.backbone == "bert-base"
+    }
+    assert taus == {0.05, 0.06, 0.07}
+    p003 = presets["align_uniform"]
+    margins = {
+        resolved(p003, r.method, r.backbone).objective.margin
+        for r in plan_runs(p003).values()
+        if p003.method_key(r.method) == "mpt" and r.backbone == "bert-base"
+    }
+    assert {0.10, 0.23, 0.80} <= margins and len(margins) >= 5
+
+
+def test_arccse_table_3_and_gradient_accumulation(
+    presets: dict[str, Params], ablations: dict[str, Params]
+) -> None:
+    """spec-arccse-alignunif A.4 (Table 3) and A.9.6 ('update every 64 steps')."""
+    p = ablations["arccse"]
+    default = resolved(p, "arccse", "bert-base")
+    assert default == resolved(presets["arccse"], "arccse", "bert-base")  # the same run
+    assert (default.train.view_dropout, default.train.triplet_dropout) == ("both", False)
+    mixed = [m for m in p.methods if p.method_key(m) == "arccse_arccon_dropout_mixed"]
+    margins = sorted(resolved(p, m, "bert-base").objective.margin_deg for m in mixed)
+    assert margins == [2, 4, 6, 8, 10, 12]  # "m swept over 2-12 degrees, best reported"
+    assert {resolved(p, m, "bert-base").train.view_dropout for m in mixed} == {"first"}
+    (on,) = [m for m in p.methods if p.method_key(m) == "arccse_triplet_dropout_on"]
+    assert resolved(p, on, "bert-base").train.triplet_dropout
+    accumulated = {
+        (t.batch_size, t.gradient_accumulation_steps)
+        for m in p.methods
+        if (t := resolved(p, m, "bert-base").train).gradient_accumulation_steps > 1
+    }
+    assert accumulated == {(8, 8), (16, 4), (32, 2), (16, 64)}
+    planned = {r.method for r in plan_runs(p).values()}
+    assert planned == set(p.methods)
+
+
 def test_unified_gradient_tables_6_and_7_and_scripts(presets: dict[str, Params]) -> None:
     """spec-unified-gradient 7.2, 7.3 (modified), 7.5 (originals), 5.5 (Table 5)."""
     p = presets["unified_gradient"]
@@ -239,7 +319,7 @@ def test_align_uniform_table_2(presets: dict[str, Params]) -> None:
     assert resolved(p, "met", "bert-large").objective.margin == 0.50
     assert resolved(p, "mpt", "roberta-base").objective.margin == 0.29
     assert resolved(p, "simcse", "roberta-base").train.batch_size == 128
-    assert [g.seeds for g in p.experiments] == [(42, 43, 44)]
+    assert [g.seeds for g in p.experiments] == [(42, 43, 44), (42,)]  # Table 1; Fig. 3 sweep
 
 
 def test_cooldown_table_6(presets: dict[str, Params]) -> None:
@@ -260,7 +340,8 @@ def test_cooldown_table_6(presets: dict[str, Params]) -> None:
 # Methods whose spec marks an ambiguity in their hyperparameters or reading (spec sections in
 # each method's readings); every other method of a preset is unambiguous.
 NEED_READINGS = {
-    "simace": {"simcse", "arccon", "simace", "simace_no_margin", "simace_margin_neg"},
+    "simace": {"simcse", "arccon", "simace", "simace_no_margin", "simace_margin_neg"}
+    | {"simace-tau-0_05", "simace-tau-0_07"},
     "arccse": {"arccse", "arccse_no_triplet", "arccse_no_arccon"},
     "unified_gradient": {
         f"{o}_{v}"
@@ -268,7 +349,8 @@ NEED_READINGS = {
         for v in ("original", "gd", "gd_w", "modified")
     }
     - {"align_mhs_gd_w"},
-    "align_uniform": {"align_uniform", "dcl", "mpt", "met", "mat"},
+    "align_uniform": {"align_uniform", "dcl", "mpt", "met", "mat"}
+    | {f"mpt-m0_{m}" for m in ("10", "15", "30", "40", "60", "80")},
     "cooldown": {"simcse", "tcc", "tcs", "arccon", "arccon_tcc", "arccon_tcs"}
     | {f"simcse-tau-0_{t:02d}" for t in range(6, 11)},
 }

@@ -159,26 +159,31 @@ def encode_seconds(arch: Architecture, sentences: int, batch_size: int, hw: Hard
 
 
 def train_steps(params: Params, settings: ResolvedMethod) -> int:
+    """Optimizer updates (one per ``gradient_accumulation_steps`` batches)."""
     t = settings.train
     sentences = CORPUS_SENTENCES[params.data.corpus]
     if params.data.max_sentences is not None:
         sentences = min(sentences, params.data.max_sentences)
-    steps = t.epochs * math.ceil(sentences / t.batch_size)
-    return steps if t.max_steps is None else min(steps, t.max_steps)
+    batches = t.epochs * math.ceil(sentences / t.batch_size)
+    updates = math.ceil(batches / t.gradient_accumulation_steps)
+    return updates if t.max_steps is None else min(updates, t.max_steps)
 
 
 def train_seconds(params: Params, settings: ResolvedMethod, arch: Architecture) -> float:
     t = settings.train
     hw = hardware_for(t.device)
     steps = train_steps(params, settings)
+    batches = steps * t.gradient_accumulation_steps  # each a contrastive batch of batch_size
     flops = train_step_flops(arch, t.batch_size, padded_length(t.max_seq_length))
     if settings.objective.needs_triplets:
         flops *= (2 + 3) / 2  # s, s', s'' next to the two views (their length is similar)
     passes = (2 if t.sam.enabled else 1) * (4 / 3 if t.gradient_checkpointing else 1)
-    step = passes * (flops / hw.flops_per_second + hw.step_seconds)
+    # view_dropout: first encodes the second view in a forward pass of its own
+    forwards = 2 if t.view_dropout == "first" else 1
+    batch = passes * (flops / hw.flops_per_second + forwards * hw.step_seconds)
     evaluations = steps // t.eval_steps + 1
     dev = encode_seconds(arch, STSB_DEV_SENTENCES, params.senteval.batch_size, hw)
-    return hw.startup_seconds + steps * step + evaluations * dev
+    return hw.startup_seconds + batches * batch + evaluations * dev
 
 
 def senteval_seconds(params: Params, arch: Architecture, hw: Hardware) -> float:

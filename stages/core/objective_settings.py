@@ -27,10 +27,16 @@ class ObjectiveSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
-    # Whether the objective reads a temperature (and so accepts a temperature schedule).
+    # Whether the objective reads a temperature (and so accepts a temperature schedule); a
+    # property where it depends on the configuration (paper 002's softmax_weight).
     uses_temperature: ClassVar[bool] = False
     # Whether the trainer must encode ArcCSE masked triplets (dropout off) for this objective.
     needs_triplets: ClassVar[bool] = False
+
+    def unused_settings(self) -> tuple[str, ...]:
+        """Fields given explicitly (not left to their defaults) that this configuration does not
+        read, so a setting that would silently change nothing is refused (params validation)."""
+        return ()
 
 
 def _margin_field(default: float) -> Any:
@@ -212,6 +218,20 @@ class _UnifiedGradientSettings(ObjectiveSettings):
         "neighbour in the other view)",
     )
 
+    def unused_settings(self) -> tuple[str, ...]:
+        """tau and nu belong to W (tau only with softmax_weight, nu only without), r to R, m to
+        GD; the same field explicitly set where its switch leaves it unread is refused."""
+        softmax_weight = getattr(self, "softmax_weight", None)
+        unread = {
+            "tau": softmax_weight is False,
+            "uniformity_weight": softmax_weight is True,
+            "off_diagonal_weight": softmax_weight is True,
+            "covariance_weight": softmax_weight is True,
+            "ratio": not self.static_ratio,
+            "margin": not self.gradient_dissipation,
+        }
+        return tuple(sorted(f for f in self.model_fields_set if unread.get(f, False)))
+
     @property
     def modified(self) -> bool:
         # MHS has no softmax_weight switch: its weight needs no modification (Table 5).
@@ -231,7 +251,11 @@ class AlignMHESettings(_UnifiedGradientSettings):
     )
     tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
     ratio: float = Field(1.75, gt=0, description="r (Table 6: 1.75 BERT-base, 1.25 RoBERTa-base)")
-    uses_temperature: ClassVar[bool] = True
+
+    @property
+    def uses_temperature(self) -> bool:  # type: ignore[override]
+        """Only the W modification (softmax_weight) has a temperature."""
+        return self.softmax_weight
 
 
 class AlignMHSSettings(_UnifiedGradientSettings):
@@ -256,7 +280,11 @@ class BarlowTwinsSettings(_UnifiedGradientSettings):
     )
     tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
     ratio: float = Field(1.5, gt=0, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
-    uses_temperature: ClassVar[bool] = True
+
+    @property
+    def uses_temperature(self) -> bool:  # type: ignore[override]
+        """Only the W modification (softmax_weight) has a temperature."""
+        return self.softmax_weight
 
 
 class VICRegSettings(_UnifiedGradientSettings):
@@ -271,7 +299,11 @@ class VICRegSettings(_UnifiedGradientSettings):
     )
     tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
     ratio: float = Field(1.5, gt=0, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
-    uses_temperature: ClassVar[bool] = True
+
+    @property
+    def uses_temperature(self) -> bool:  # type: ignore[override]
+        """Only the W modification (softmax_weight) has a temperature."""
+        return self.softmax_weight
 
 
 # Every selectable objective: its settings and the ``module:Class`` of its loss (imported lazily).

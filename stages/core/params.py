@@ -160,6 +160,28 @@ class TrainParams(Section):
     triplet_batch_size: PositiveInt | None = Field(
         None, description="masked triplets per step (triplet objectives); null: batch_size"
     )
+    optimizer: Literal["adamw_hf42", "adamw_torch"] = Field(
+        "adamw_hf42",
+        description="adamw_hf42: transformers 4.2's AdamW as SimCSE trains (eps added to sqrt(v) "
+        "before the bias correction, weight decay after the step); adamw_torch: torch's AdamW",
+    )
+    dev_precision: Literal["fp32", "train"] = Field(
+        "fp32", description="STS-B dev encoding: fp32 as SimCSE, or the training precision"
+    )
+    gradient_accumulation_steps: PositiveInt = Field(
+        1, description="micro-batches of batch_size (each its own contrastive batch) per update"
+    )
+    view_dropout: Literal["both", "first"] = Field(
+        "both", description="dropout on both contrastive views (SimCSE) or the first only"
+    )
+    triplet_dropout: bool = Field(
+        False, description="dropout on in the triplet branch (ArcCSE: off; Table 3 ablation)"
+    )
+    sampling: Literal["uniform", "by_length"] = Field(
+        "uniform",
+        description="batch order: a uniform permutation (SimCSE), or batches of similar length "
+        "(megabatches of 50 batches sorted by length, as transformers' group_by_length)",
+    )
 
 
 class SentEvalParams(Section):
@@ -373,7 +395,17 @@ class ResolvedMethod(Section):
         if self.temperature.schedule != "constant" and not self.objective.uses_temperature:
             raise ValueError(
                 f"temperature.schedule '{self.temperature.schedule}': objective "
-                f"'{self.objective.name}' has no temperature to schedule"
+                f"'{self.objective.name}' has no temperature to schedule in this configuration"
+            )
+        if self.train.triplet_dropout and not self.objective.needs_triplets:
+            raise ValueError(
+                f"train.triplet_dropout: objective '{self.objective.name}' has no triplet branch"
+            )
+        unused = self.objective.unused_settings()
+        if unused:
+            raise ValueError(
+                f"objective.{', objective.'.join(unused)}: objective '{self.objective.name}' does "
+                "not read it in this configuration (see its switches); remove it"
             )
         return self
 
@@ -458,7 +490,10 @@ class Params(Section):
         m = self.methods[method]
         override = m.per_backbone.get(backbone) if backbone else None
         resolved = {
-            "objective": _merge(m.objective.model_dump(), override and override.objective),
+            # exclude_unset: the resolved objective knows which fields were given (unused_settings)
+            "objective": _merge(
+                m.objective.model_dump(exclude_unset=True), override and override.objective
+            ),
             "temperature": _merge(m.temperature.model_dump(), override and override.temperature),
             "train": _merge(_merge(self.train.model_dump(), m.train), override and override.train),
         }
@@ -492,7 +527,8 @@ def _describe(
         if e["type"] == "too_short" and any(o[: len(loc)] == loc and o != loc for o in locs):
             continue  # a container emptied by its failing items: the items' errors say why
         if not loc and e["type"] == "value_error":
-            lines += e["msg"].removeprefix("Value error, ").splitlines()  # already have paths
+            found = e["msg"].removeprefix("Value error, ").splitlines()  # paths below prefix
+            lines += [f"{prefix}.{line}" if prefix else line for line in found]
             continue
         shown = [str(p) for i, p in enumerate(loc) if not _is_objective_tag(loc, i)]
         msg = e["msg"].removeprefix("Value error, ")

@@ -25,7 +25,6 @@ from stages.core.objective_settings import (
 )
 from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import (
-    SQUARED_DISTANCE_FLOOR,
     gram,
     normalize,
     off_diagonal,
@@ -33,12 +32,20 @@ from stages.objectives.geometry import (
 )
 
 
-def alignment_term(cos_pos: torch.Tensor, alpha: float) -> torch.Tensor:
-    """mean_i ||h_i - h'_i||^alpha from the positive cosines (||.||^2 = 2 - 2 cos)."""
-    squared = 2 - 2 * cos_pos
+def alignment_term(h: torch.Tensor, h_pos: torch.Tensor, alpha: float) -> torch.Tensor:
+    """mean_i ||h_i - h'_i||^alpha, from the difference vectors (as Wang & Isola's code).
+
+    Not from the cosines: 2 - 2 cos cancels for close pairs (in fp32 it is 0 or noise below
+    ~1e-7) and a floor on it zeroes their gradient, while alpha ||d||^(alpha - 2) d stays exact.
+    At distance 0 the gradient is its limit for alpha > 1, 0 (and a subgradient for alpha <= 1).
+    """
+    diff = h - h_pos
     if alpha == 2:
-        return squared.mean()
-    return squared.clamp_min(SQUARED_DISTANCE_FLOOR).pow(alpha / 2).mean()
+        return diff.square().sum(-1).mean()
+    distance = torch.linalg.vector_norm(diff, dim=-1)  # gradient 0 at distance 0
+    apart = distance > 0
+    powered = torch.where(apart, distance, 1).pow(alpha)  # no 0^(alpha - 1) in the backward
+    return torch.where(apart, powered, 0).mean()
 
 
 def log_mean_offdiagonal_exp(cos: torch.Tensor, t: float) -> torch.Tensor:
@@ -79,7 +86,7 @@ class AlignUniform(AlignUniformSettings, Objective):
         triplets: Triplets | None,
     ) -> LossOutput:
         h, h_pos = normalize(z), normalize(z_pos)
-        align = alignment_term((h * h_pos).sum(-1), self.alpha)
+        align = alignment_term(h, h_pos, self.alpha)
         if self.implementation == "paper":
             uniform = uniformity_cross_view(h @ h_pos.T, self.t)
         else:

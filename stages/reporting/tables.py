@@ -5,6 +5,8 @@ Means and standard deviations are over seeds with ddof = 1 (the sample standard 
 A published cell joins our runs on (method key = params method name, backbone, task, metric);
 a published row with a sweep value (``tau=0.07``) joins only runs whose resolved settings have
 that value. Published ``std`` rows compare with our std, every other aggregation with our mean.
+Each row names the ``implementation`` (paper equations or the authors' released code) of the run
+it compares, for the objectives that have both: a published number is what one of them produced.
 """
 
 from __future__ import annotations
@@ -111,7 +113,13 @@ def paper_tables(
             planned_run = _matching_run(runs, key, backbone, sweep)
             matched = planned_run is not None
             by_task = dict(zip(cells["task"], cells["value"], strict=True))
-            row = [str(label), str(key), str(backbone), f"{metric} ({aggregation})"]
+            row = [
+                str(label),
+                str(key),
+                str(backbone),
+                f"{metric} ({aggregation})",
+                _implementation(planned_run),
+            ]
             for task in tasks:
                 paper_value = by_task.get(task)
                 mine = None
@@ -136,8 +144,16 @@ def paper_tables(
             Table(
                 title=f"{paper} {table}",
                 note="cell: ours / published (ours - published); ours = mean over seeds "
-                f"(std rows: std, ddof={STD_DDOF}); {MISSING}: no finished run or no number",
-                header=["method (as printed)", "method key", "backbone", "metric", *tasks],
+                f"(std rows: std, ddof={STD_DDOF}); {MISSING}: no finished run or no number; "
+                "implementation: the objective's (paper equations or released code) in our run",
+                header=[
+                    "method (as printed)",
+                    "method key",
+                    "backbone",
+                    "metric",
+                    "implementation",
+                    *tasks,
+                ],
                 rows=body,
             )
         )
@@ -156,6 +172,14 @@ def _matching_run(
         if settings_match(sweep, run.settings) if sweep else run.sweep is None:
             return run
     return None
+
+
+def _implementation(run: Planned | None) -> str:
+    """The run's objective implementation ('paper' or 'code'); 'n/a' for objectives with only
+    one, MISSING without a run."""
+    if run is None:
+        return MISSING
+    return str(run.settings.get("objective.implementation", "n/a"))
 
 
 def _cell(ours: float | None, paper: float | None, digits: int) -> str:

@@ -56,17 +56,26 @@ class EmbeddingTable:
         return "encoded" if missing else "memory"
 
     def _encode(self, texts: list[str]) -> None:
-        raw = self.encode([t or self.empty_sentence for t in texts])
-        out = np.asarray(raw.detach().cpu() if isinstance(raw, torch.Tensor) else raw)
+        out = _as_array(self.encode([t or self.empty_sentence for t in texts]))
         if out.ndim != 2 or len(out) != len(texts) or (self.dim and out.shape[1] != self.dim):
             raise EncoderOutputError(
                 f"encode returned shape {out.shape} for {len(texts)} sentences; expected "
                 f"({len(texts)}, {self.dim or 'dim'})"
             )
-        out = out.astype(np.float32, copy=False)
         finite = np.isfinite(out).all(axis=1)
         if not finite.all():
             bad = texts[int(np.argmin(finite))]
             raise EncoderOutputError(f"encode returned a non-finite embedding, e.g. for {bad!r}")
         self.dim = out.shape[1]
         self.rows.update(zip(texts, out, strict=True))
+
+
+def _as_array(raw: Any) -> np.ndarray:
+    """The encoder's output in its own float dtype, as SentEval's cosine sees it (float32 for a
+    torch batcher like SimCSE's, float64 for a float64 numpy one); types numpy cannot hold
+    (bfloat16) or non-float outputs become float32."""
+    if isinstance(raw, torch.Tensor):
+        raw = raw.detach().cpu()
+        raw = raw if raw.dtype in (torch.float16, torch.float32, torch.float64) else raw.float()
+    out = np.asarray(raw)
+    return out if out.dtype in (np.float16, np.float32, np.float64) else out.astype(np.float32)

@@ -151,7 +151,8 @@ def _protocol(settings, mode, loaded, data_dir, batch_size, empty_sentence, devi
             "sentences_per_encode_call": batch_size or "all new sentences of a task",
         },
         "sts": {
-            "similarity": "cosine (a zero vector scores 0)",
+            "similarity": "cosine u.v / (|u| |v|) per pair with numpy in the embeddings' own "
+            "dtype, as SentEval (a zero vector scores 0)",
             "scale": "correlation x 100",
             "aggregation": {
                 "all": "one correlation over the pairs of all subsets concatenated (headline)",

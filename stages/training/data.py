@@ -6,6 +6,10 @@ corpus of 10^6 sentences costs ~120 MB and a batch is a gather plus one padding 
 
 Batch order is a pure function of (seed, epoch, step): epoch e visits the corpus in the
 permutation ``default_rng([seed, e])``, so the data position of a resumed run is just its step.
+``sampling: by_length`` (ArcCSE: "the sentences are sampled by length") cuts that permutation into
+megabatches of 50 batches and sorts each by token length, longest first, as transformers'
+``group_by_length`` sampler: batches of similar length, in a seeded order, so in-batch negatives
+differ from SimCSE's uniform batches (it is part of the run identity).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
@@ -171,6 +175,9 @@ class BatchPlan:
     batch_size: int
     seed: int
     world_size: int = 1
+    lengths: np.ndarray | None = field(default=None, compare=False, repr=False)  # by_length
+
+    MEGABATCH = 50  # batches per length-sorted megabatch (transformers' LengthGroupedSampler)
 
     def __post_init__(self) -> None:
         if self.batch_size < 2 * self.world_size:
@@ -192,13 +199,27 @@ class BatchPlan:
     def global_batch(self, step: int) -> np.ndarray:
         """Corpus rows of 0-based global ``step`` (steps continue across epochs)."""
         epoch, within = divmod(step, self.steps_per_epoch)
-        order = _permutation(self.n_rows, self.seed, epoch)
-        batch = order[within * self.batch_size : (within + 1) * self.batch_size]
+        start = within * self.batch_size
+        if self.lengths is None:
+            rows = _permutation(self.n_rows, self.seed, epoch)
+        else:  # only the megabatch holding this batch is sorted
+            size = self.MEGABATCH * self.batch_size
+            first = start - start % size
+            rows = _longest_first(
+                _permutation(self.n_rows, self.seed, epoch)[first : first + size], self.lengths
+            )
+            start -= first
+        batch = rows[start : start + self.batch_size]
         return batch[: len(batch) - len(batch) % self.world_size]
 
     def shard(self, step: int, rank: int) -> np.ndarray:
         batch = self.global_batch(step)
         return batch[shard_bounds(len(batch), self.world_size, rank)]
+
+
+def _longest_first(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``rows`` sorted by length, longest first (stable: equal lengths keep their random order)."""
+    return rows[np.argsort(-lengths[rows], kind="stable")]
 
 
 @lru_cache(maxsize=2)

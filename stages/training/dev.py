@@ -3,12 +3,16 @@
 The dev evaluator is injected into the training loop: any callable that takes an
 ``encode(sentences) -> (n, d) array`` and returns named scores. Encoding here follows how
 SimCSE's Trainer evaluates: eval mode (no dropout), the evaluation pooler recorded with the
-run, padding to the batch's longest sentence without truncation (up to the model's limit).
+run, padding to the batch's longest sentence without truncation (up to the model's limit), and in
+fp32 whatever the training precision (``train.dev_precision: fp32``; SimCSE's evaluation does not
+autocast). bf16 moves the dev Spearman by a few hundredths and can change which checkpoint is
+kept; ``dev_precision: train`` encodes under the training autocast instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -41,10 +45,11 @@ class DevEncoder:
         pooler: str,
         runtime: Runtime,
         batch_size: int,
+        precision: str = "fp32",
     ) -> None:
         self.model = ContrastiveModel(encoder, pooler)
         self.tokenizer = tokenizer
-        self.runtime = runtime
+        self.runtime = runtime if precision == "train" else replace(runtime, autocast_dtype=None)
         self.batch_size = batch_size
         self.max_length = max_model_length(encoder, tokenizer)
         self._cached: tuple[tuple[str, ...], TokenRows, np.ndarray] | None = None
@@ -78,6 +83,11 @@ class DevEncoder:
         if chunks:
             out[order] = torch.cat(chunks).numpy()
         return out
+
+    @property
+    def precision(self) -> str:
+        """The precision dev sentences are encoded in (fp32 or bf16)."""
+        return self.runtime.precision
 
     @property
     def _pad(self) -> int:

@@ -184,14 +184,26 @@ class _Training:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.corpus = self._load_corpus()
         try:
-            self.plan = BatchPlan(len(self.corpus), train.batch_size, job.seed, ctx.world_size)
+            lengths = np.diff(self.corpus.offsets) if train.sampling == "by_length" else None
+            self.plan = BatchPlan(
+                len(self.corpus), train.batch_size, job.seed, ctx.world_size, lengths
+            )
         except ValueError as err:
             raise StageError(f"{job.corpus}: {err}") from None
-        self.total_steps = train.max_steps or train.epochs * self.plan.steps_per_epoch
+        self.accumulation = train.gradient_accumulation_steps
+        self.updates_per_epoch = self.plan.steps_per_epoch // self.accumulation
+        if self.updates_per_epoch == 0:
+            raise StageError(
+                f"{job.corpus}: {self.plan.steps_per_epoch} batch(es) per epoch cannot make one "
+                f"update of train.gradient_accumulation_steps = {self.accumulation}"
+            )
+        self.total_steps = train.max_steps or train.epochs * self.updates_per_epoch
         self.encoder = self._load_encoder()
         self.pool = self._load_triplets() if job.objective.needs_triplets else None
 
-        self.model = ContrastiveModel(self.encoder, train.pooler)
+        self.model = ContrastiveModel(
+            self.encoder, train.pooler, train.view_dropout, train.triplet_dropout
+        )
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, train)
         self.scheduler = build_scheduler(self.optimizer, train, self.total_steps)
@@ -204,7 +216,12 @@ class _Training:
             self.forward = torch.compile(self.forward, dynamic=True)  # type: ignore[assignment]
 
         self.dev_encoder = DevEncoder(
-            self.encoder, self.tokenizer, train.eval_pooler, runtime, job.eval_batch_size
+            self.encoder,
+            self.tokenizer,
+            train.eval_pooler,
+            runtime,
+            job.eval_batch_size,
+            train.dev_precision,
         )
         self.recorder = StepRecorder(job.objective.name)
         self.step = 0
@@ -314,6 +331,7 @@ class _Training:
         return {
             "device": str(self.runtime.device),
             "precision": self.runtime.precision,
+            "eval_precision": self.dev_encoder.precision,
             "world_size": self.ctx.world_size,
             "compile": self.job.train.compile,
             **software(),
@@ -322,7 +340,8 @@ class _Training:
             "cuda": torch.version.cuda,
             "device_name": device_name(self.runtime.device),
             "total_steps": self.total_steps,
-            "steps_per_epoch": self.plan.steps_per_epoch,
+            "steps_per_epoch": self.updates_per_epoch,
+            "batches_per_update": self.accumulation,
             "corpus_rows": len(self.corpus),
         }
 
@@ -365,11 +384,18 @@ class _Training:
                 self.log.close()
 
     def _train_step(self) -> None:
+        """One update: ``gradient_accumulation_steps`` micro-batches (each its own contrastive
+        batch, micro-batch index = update * accumulation + k, so a resumed run finds its data by
+        the update count), the gradient of their mean loss, SAM's second pass over the same
+        micro-batches, clip, step."""
         job, train = self.job, self.job.train
         t = self.step + 1  # 1-based, as the temperature schedules count
-        batch = make_batch(
-            self.corpus, self.plan, self.pool, self.step, self.ctx.rank, self.pad_id, self.runtime
-        )
+        batches = [
+            make_batch(
+                self.corpus, self.plan, self.pool, m, self.ctx.rank, self.pad_id, self.runtime
+            )
+            for m in range(self.step * self.accumulation, t * self.accumulation)
+        ]
         objective = job.objective
         tau = (
             tau_at(job.temperature, t, self.total_steps, objective.initial_tau)
@@ -378,23 +404,31 @@ class _Training:
         )
         lr = self.scheduler.get_last_lr()[0]
 
-        def loss(diagnostics: bool = False) -> LossOutput:
-            return contrastive_loss(
-                self.forward,
-                batch,
-                objective,
-                tau,
-                self.runtime,
-                self.ctx,
-                train.gather_negatives,
-                diagnostics,
-            )
+        def backward(diagnostics: bool = False) -> LossOutput:
+            """Backpropagate the mean loss over the micro-batches; their mean loss and stats."""
+            outs = []
+            for batch in batches:
+                out = contrastive_loss(
+                    self.forward,
+                    batch,
+                    objective,
+                    tau,
+                    self.runtime,
+                    self.ctx,
+                    train.gather_negatives,
+                    diagnostics,
+                )
+                (out.loss / len(batches)).backward()
+                outs.append(out)
+            if len(outs) == 1:
+                return outs[0]
+            mean = {k: sum(o.stats[k] for o in outs) / len(outs) for k in outs[0].stats}
+            return LossOutput(sum(o.loss.detach() for o in outs) / len(outs), mean)
 
-        out = loss(diagnostics=True)
-        out.loss.backward()
+        out = backward(diagnostics=True)
         if self.sam is not None:
             self.sam.ascend()
-            loss().loss.backward()
+            backward()
             self.sam.restore()
         grad_norm = clip_gradients(self.params, train.max_grad_norm)
         self.optimizer.step()
@@ -403,7 +437,7 @@ class _Training:
         self.recorder.record(
             t,
             {"loss": out.loss, "grad_norm": grad_norm, **out.stats},
-            epoch=t / self.plan.steps_per_epoch,
+            epoch=t / self.updates_per_epoch,
             lr=lr,
             tau=tau,
         )
@@ -452,6 +486,7 @@ class _Training:
                         "step": step,
                         **scores,
                         "best": improved,
+                        "eval_precision": self.dev_encoder.precision,
                         "eval_s": time.perf_counter() - began,
                     }
                 ]
@@ -497,7 +532,7 @@ class _Training:
         metrics = {
             "run_id": job.run_id,
             "steps": self.step,
-            "epochs": self.step / self.plan.steps_per_epoch,
+            "epochs": self.step / self.updates_per_epoch,
             "batch_size": job.train.batch_size,
             "best": self.best,
             "final": self.evaluations[-1],
@@ -508,6 +543,7 @@ class _Training:
                 "steps_per_s_this_session": steps_now / wall if wall > 0 else None,
                 "device": str(self.runtime.device),
                 "precision": self.runtime.precision,
+                "eval_precision": self.dev_encoder.precision,
                 "world_size": self.ctx.world_size,
             },
         }

@@ -7,12 +7,14 @@
   evaluator's ``cls`` reads it back; ``cls_before_pooler`` skips it.
 - The ArcCSE triplet branch runs with dropout off (every dropout of the encoder, hidden and
   attention) for that forward only; gradients still flow through it.
+- ArcCSE's Table 3 switches: ``view_dropout='first'`` encodes the second view with dropout off
+  (its own forward), ``triplet_dropout=True`` keeps dropout on in the triplet branch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import nn
@@ -82,10 +84,18 @@ def enable_gradient_checkpointing(encoder: PreTrainedModel) -> None:
 class ContrastiveModel(nn.Module):
     """Maps a batch to (z, z_pos) and, for triplet objectives, (h0, h1, h2)."""
 
-    def __init__(self, encoder: PreTrainedModel, pooler: str) -> None:
+    def __init__(
+        self,
+        encoder: PreTrainedModel,
+        pooler: str,
+        view_dropout: str = "both",
+        triplet_dropout: bool = False,
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.pooler = pooler
+        self.view_dropout = view_dropout
+        self.triplet_dropout = triplet_dropout
 
     def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         outputs = self.encoder(
@@ -102,10 +112,18 @@ class ContrastiveModel(nn.Module):
         triplet_ids: torch.Tensor | None = None,
         triplet_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None]:
-        n = ids.size(0)
-        views = self.embed(torch.cat([ids, ids]), torch.cat([mask, mask]))
+        z, z_pos = self._views(ids, mask)
         triplets = None
         if triplet_ids is not None and triplet_mask is not None:
-            with dropout_disabled(self.encoder):
+            with nullcontext() if self.triplet_dropout else dropout_disabled(self.encoder):
                 triplets = tuple(torch.tensor_split(self.embed(triplet_ids, triplet_mask), 3))
-        return views[:n], views[n:], triplets
+        return z, z_pos, triplets
+
+    def _views(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.view_dropout == "first":
+            first = self.embed(ids, mask)
+            with dropout_disabled(self.encoder):
+                return first, self.embed(ids, mask)
+        n = ids.size(0)
+        views = self.embed(torch.cat([ids, ids]), torch.cat([mask, mask]))
+        return views[:n], views[n:]

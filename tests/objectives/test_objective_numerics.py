@@ -62,7 +62,7 @@ def test_degenerate_views_stay_finite(name, hyperparameters, case):
 def test_low_temperature_stays_finite(name, hyperparameters):
     z = base_views().requires_grad_()
     z_pos = (base_views() + 0.5 * z.detach()).requires_grad_()
-    tau = 0.01 if all_loss_classes()[name].uses_temperature else None
+    tau = 0.01 if objective(name, **hyperparameters).uses_temperature else None
     assert_finite(run(name, hyperparameters, z, z_pos, tau=tau).loss, z, z_pos)
 
 

@@ -17,10 +17,10 @@ from stages.core import layout
 from stages.core.params import Params, load_params
 from stages.core.runs import plan_runs
 from stages.report import build_report
-from stages.reporting.collect import collect
+from stages.reporting.collect import Planned, collect
 from stages.reporting.figures import detect_sweeps
 from stages.reporting.significance import significance
-from stages.reporting.tables import seed_summary
+from stages.reporting.tables import paper_tables, seed_summary
 from stages.senteval_protocol.evaluate import _summary
 from stages.senteval_protocol.sts import alignment_uniformity
 from stages.train import curve_tables
@@ -233,7 +233,8 @@ def test_published_join_and_difference(built: dict, project: Path) -> None:
     assert f"{plain:.2f} / 76.95 ({plain - 76.95:+.2f})" in table_1
     assert f"{hot:.2f} / 71.92 ({hot - 71.92:+.2f})" in table_1
     # a planned method's published rows on backbones the plan does not run: ours is missing
-    assert "| SimCSE | simcse | roberta-large | spearman (as_printed) | – / 72.86 |" in md
+    assert "| SimCSE | simcse | roberta-large | spearman (as_printed) | – | – / 72.86 |" in md
+    assert "| SimCSE-BERT_base | simcse | bert-base | spearman (as_printed) | n/a | " in md
 
 
 def test_significance_compares_evaluation_results_only(params: Params, project: Path) -> None:
@@ -307,3 +308,36 @@ def test_angle_distributions_from_the_senteval_embedding_cache(tmp_path: Path) -
     assert stsb_dev_angles(data, tmp_path, "other") is None
     plot = angle_distributions({"run": angles})
     assert plot is not None and plot.name == "angle_distributions"
+
+
+def test_paper_tables_print_the_implementation_next_to_each_published_value() -> None:
+    published = pl.DataFrame(
+        {
+            "paper": ["align_uniform"] * 2,
+            "table": ["Table 1"] * 2,
+            "method": ["MPT", "SimCSE"],
+            "method_key": ["mpt", "simcse"],
+            "backbone": ["bert-base"] * 2,
+            "task": ["STS_avg"] * 2,
+            "metric": ["spearman"] * 2,
+            "aggregation": ["mean"] * 2,
+            "sweep": [None, None],
+            "value": [77.0, 76.0],
+        }
+    )
+    planned = [
+        Planned("mpt.bert-base.s1", "run", "mpt", "bert-base", 1, "r1",
+                {"objective.implementation": "code"}, "mpt"),
+        Planned("simcse.bert-base.s1", "run", "simcse", "bert-base", 1, "r2", {}, "simcse"),
+    ]  # fmt: skip
+    summary = pl.DataFrame(
+        {"method": ["mpt"], "backbone": ["bert-base"], "task": ["STS_avg"],
+         "metric": ["spearman"], "mean": [77.5], "std": [None]},
+        schema_overrides={"std": pl.Float64},
+    )  # fmt: skip
+    (table,) = paper_tables(summary, published, planned, pl.DataFrame(
+        schema={"method": str, "baseline": str, "backbone": str, "task": str, "p_value": float}
+    ))  # fmt: skip
+    assert table.header[4] == "implementation"
+    assert table.rows[0][4:] == ["code", "77.50 / 77.00 (+0.50)"]
+    assert table.rows[1][4:] == ["n/a", "– / 76.00"]

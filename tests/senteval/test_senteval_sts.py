@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 import pytest
+import torch
+from scipy.stats import spearmanr
 
+from stages.senteval_protocol.cache import EmbeddingCache
+from stages.senteval_protocol.evaluate import EmbeddingTable
 from stages.senteval_protocol.loaders import StsPairs, StsTask
 from stages.senteval_protocol.sts import (
     alignment_uniformity,
@@ -82,3 +87,62 @@ def test_alignment_and_uniformity_by_hand() -> None:
     assert out["positive_pairs"] == 2 and out["sentences"] == 6
     with pytest.raises(ValueError, match="no pair has a gold score above 4"):
         alignment_uniformity(a, b, np.zeros(3))
+
+
+def _senteval_spearman(pairs: StsPairs, batcher, batch_size: int = 7) -> float:
+    """SentEval's ``STSEval.run`` loop and ``utils.cosine``, transcribed: the batcher's arrays
+    as they are, one pair at a time."""
+
+    def cosine(u, v):
+        return np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v))
+
+    def similarity(s1, s2):
+        return np.nan_to_num(cosine(np.nan_to_num(s1), np.nan_to_num(s2)))
+
+    sys_scores = []
+    for ii in range(0, len(pairs.scores), batch_size):
+        enc1 = batcher(pairs.sent1[ii : ii + batch_size])
+        enc2 = batcher(pairs.sent2[ii : ii + batch_size])
+        sys_scores += [similarity(enc1[kk], enc2[kk]) for kk in range(enc2.shape[0])]
+    return 100 * float(spearmanr(sys_scores, pairs.scores)[0])
+
+
+def _identical_pairs(n: int = 300) -> StsPairs:
+    """SMTeuroparl-like: most pairs hold the same sentence twice (cosine 1 up to the last bits),
+    gold scores spread over the near-ties."""
+    rng = np.random.default_rng(0)
+    sent1 = [f"sentence {i}" for i in range(n)]
+    sent2 = [s if i % 5 else f"other {i}" for i, s in enumerate(sent1)]
+    return StsPairs("SMTeuroparl", sent1, sent2, rng.uniform(0, 5, n).round(1))
+
+
+def _vectors(texts, dtype) -> np.ndarray:
+    return np.stack(
+        [np.random.default_rng(zlib.crc32(t.encode())).normal(size=48) for t in texts]
+    ).astype(dtype)
+
+
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # torch->numpy
+@pytest.mark.parametrize(
+    "batcher",
+    [
+        pytest.param(lambda texts: torch.from_numpy(_vectors(texts, np.float32)), id="torch32"),
+        pytest.param(lambda texts: _vectors(texts, np.float64), id="numpy64"),
+    ],
+)
+def test_identical_sentence_near_ties_rank_as_sentevals_per_pair_loop(batcher, tmp_path) -> None:
+    pairs = _identical_pairs()
+    reference = _senteval_spearman(pairs, batcher)
+    texts = pairs.sent1 + pairs.sent2
+    cache = EmbeddingCache(tmp_path, "enc")
+    for source in ("encoded", "cache"):  # the cache keeps the encoder's dtype
+        table = EmbeddingTable(batcher, 16, cache, empty_sentence="")
+        assert table.add("STS12", texts) == source
+        result = score_sts(StsTask("STS12", (pairs,), ()), table)
+        assert result["subsets"]["SMTeuroparl"]["spearman"] == reference
+    assert table(pairs.sent1).dtype == np.asarray(batcher(pairs.sent1[:1])).dtype
+    # the float64 vectorised cosine this replaces orders the near-ties differently
+    a, b = table(pairs.sent1).astype(np.float64), table(pairs.sent2).astype(np.float64)
+    float64 = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    if table(pairs.sent1).dtype == np.float32:
+        assert 100 * spearmanr(float64, pairs.scores)[0] != pytest.approx(reference, abs=1e-6)

@@ -95,6 +95,33 @@ def test_each_epoch_visits_every_row_once_in_a_seeded_order(n, batch, world, see
     )
 
 
+def test_by_length_sampling_groups_similar_lengths_in_a_seeded_resumable_order() -> None:
+    rng = np.random.default_rng(0)
+    n, batch = 1000, 4
+    lengths = rng.integers(3, 40, n)
+    plan = BatchPlan(n, batch, seed=7, lengths=lengths)
+    size = BatchPlan.MEGABATCH * batch
+    uniform = BatchPlan(n, batch, seed=7)
+    steps = range(plan.steps_per_epoch)
+    order = np.concatenate([plan.global_batch(s) for s in steps])
+    # each megabatch holds the uniform permutation's rows, sorted longest first
+    for first in range(0, n, size):
+        chunk = np.concatenate([uniform.global_batch(s) for s in steps])[first : first + size]
+        assert sorted(order[first : first + size].tolist()) == sorted(chunk.tolist())
+        assert np.all(np.diff(lengths[order[first : first + size]]) <= 0)
+    # batches are far more homogeneous in length than uniform ones
+    spread = np.mean([np.ptp(lengths[plan.global_batch(s)]) for s in steps])
+    uniform_spread = np.mean([np.ptp(lengths[uniform.global_batch(s)]) for s in steps])
+    assert spread < uniform_spread / 5
+    # seeded and a function of the step (resumable); epochs differ
+    again = BatchPlan(n, batch, seed=7, lengths=lengths)
+    assert all(np.array_equal(plan.global_batch(s), again.global_batch(s)) for s in (0, 61, 300))
+    assert not np.array_equal(plan.global_batch(0), plan.global_batch(plan.steps_per_epoch))
+    assert not np.array_equal(
+        plan.global_batch(0), BatchPlan(n, batch, seed=8, lengths=lengths).global_batch(0)
+    )
+
+
 def test_epochs_are_reshuffled_and_seeds_differ() -> None:
     plan = BatchPlan(100, 100, seed=1)
     assert not np.array_equal(plan.global_batch(0), plan.global_batch(1))

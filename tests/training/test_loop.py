@@ -264,3 +264,88 @@ def test_bf16_autocast_on_cpu_keeps_the_objective_in_fp32(
     train(job, dev_evaluator)
     assert probe._seen == [(torch.float32, False)] * 5
     assert json.loads((out / "config.json").read_text())["execution"]["precision"] == "bf16"
+
+
+@pytest.mark.parametrize(("dev_precision", "expected"), [("fp32", "fp32"), ("train", "bf16")])
+def test_dev_evaluation_of_a_bf16_run_encodes_in_fp32_by_default(
+    dev_precision: str, expected: str, corpus: Path, token_cache: Path, dev_evaluator, tmp_path
+) -> None:
+    seen: list[torch.dtype] = []
+
+    def watching(encode):
+        linear = next(m for m in encode.model.encoder.modules() if isinstance(m, torch.nn.Linear))
+        hook = linear.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+        try:
+            return dev_evaluator(encode)
+        finally:
+            hook.remove()
+
+    out = tmp_path / "run"
+    job = make_job(
+        corpus, out, token_cache, precision="bf16", dev_precision=dev_precision, max_steps=2
+    )
+    metrics = train(job, watching)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[expected]
+    assert seen and set(seen) == {dtype}
+    evals = [r for r in read_log(out / "log.jsonl") if r["event"] == "eval"]
+    assert [r["eval_precision"] for r in evals] == [expected]
+    assert metrics["timing"]["eval_precision"] == expected
+    assert metrics["timing"]["precision"] == "bf16"
+
+
+def test_gradient_accumulation_averages_the_micro_batch_gradients(
+    corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
+) -> None:
+    """With accumulation 3 an update's gradient is the mean of the gradients of micro-batches
+    3t, 3t+1, 3t+2, each its own contrastive batch (dropout 0: deterministic)."""
+    job = make_job(
+        corpus, tmp_path / "run", token_cache, dropout=0.0, gradient_accumulation_steps=3,
+        max_grad_norm=None, max_steps=2,
+    )  # fmt: skip
+    trainer = _Training(job, dev_evaluator, Distributed(), resolve_runtime("cpu", "fp32"))
+    assert trainer.updates_per_epoch == trainer.plan.steps_per_epoch // 3
+    trainer.step = 1
+    seen: list[torch.Tensor] = []
+    trainer.optimizer.step = lambda: seen.extend(p.grad.clone() for p in trainer.params)
+    trainer._train_step()
+    expected = [torch.zeros_like(p) for p in trainer.params]
+    for micro in (3, 4, 5):
+        rows = trainer.plan.shard(micro, 0)
+        ids, mask = pad_rows(trainer.corpus.rows(rows), trainer.pad_id)
+        batch = Batch(torch.from_numpy(ids), torch.from_numpy(mask))
+        trainer.model.zero_grad(set_to_none=True)
+        out = contrastive_loss(
+            trainer.model, batch, job.objective, 0.05, trainer.runtime, Distributed(), True
+        )
+        out.loss.backward()
+        for total, p in zip(expected, trainer.params, strict=True):
+            total += p.grad / 3
+    assert len(seen) == len(expected)
+    for got, want in zip(seen, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-6)  # fp32 summation order
+
+
+def test_accumulated_run_resumes_to_the_same_result(
+    corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
+) -> None:
+    settings = {"gradient_accumulation_steps": 2, "sampling": "by_length", "max_steps": 6}
+    whole = tmp_path / "whole"
+    train(make_job(corpus, whole, token_cache, **settings), dev_evaluator)
+    out = tmp_path / "run"
+
+    def interrupt_at_second_evaluation(encode):
+        interrupt_at_second_evaluation.calls += 1
+        if interrupt_at_second_evaluation.calls == 2:
+            raise KeyboardInterrupt
+        return dev_evaluator(encode)
+
+    interrupt_at_second_evaluation.calls = 0
+    with pytest.raises(KeyboardInterrupt):
+        train(make_job(corpus, out, token_cache, **settings), interrupt_at_second_evaluation)
+    metrics = train(make_job(corpus, out, token_cache, **settings), dev_evaluator)
+    assert without_timing(json.loads((whole / "metrics.json").read_text())) == without_timing(
+        metrics
+    )
+    assert_same_weights(whole / "final", out / "final")
+    config = json.loads((whole / "config.json").read_text())["execution"]
+    assert config["batches_per_update"] == 2

@@ -69,6 +69,26 @@ def test_triplet_branch_runs_with_dropout_off_and_gradients_on(tokenizer) -> Non
     assert grads and any(g.abs().sum() > 0 for g in grads)
 
 
+def test_arccse_table_3_dropout_switches(tokenizer) -> None:
+    """view_dropout='first': the second view is the dropout-off encoding; triplet_dropout: the
+    triplet branch keeps dropout (both still carry gradients)."""
+    encoder = load_backbone(TINY, seed=0, dropout=0.1)
+    model = ContrastiveModel(encoder, "cls", view_dropout="first", triplet_dropout=True)
+    ids, mask = batch(tokenizer, SENTENCES)
+    t_ids, t_mask = batch(tokenizer, SENTENCES * 3)
+    model.train()
+    z, z_pos, triplets = model(ids, mask, t_ids, t_mask)
+    assert model.encoder.training
+    with torch.no_grad(), dropout_disabled(model):
+        clean = model.embed(ids, mask)
+        clean_triplets = model.embed(t_ids, t_mask)
+    torch.testing.assert_close(z_pos, clean)
+    assert not torch.allclose(z, clean)  # the first view has dropout
+    assert not torch.allclose(torch.cat(triplets), clean_triplets)  # dropout on
+    z_pos.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
+
+
 def test_cls_trains_a_fresh_simcse_mlp_head_in_the_pooler_slot(tokenizer) -> None:
     encoder = load_backbone(TINY, seed=0)
     reset_mlp_head(encoder, seed=5)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -45,12 +47,80 @@ def test_weight_decay_spares_biases_and_layer_norms() -> None:
     frozen = nn.Linear(2, 2)
     frozen.requires_grad_(False)
     model.append(frozen)
-    optimizer = build_optimizer(model, TrainParams(weight_decay=0.01))
+    optimizer = build_optimizer(model, TrainParams(weight_decay=0.01, optimizer="adamw_torch"))
     decay, no_decay = optimizer.param_groups
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
     assert [p.shape for p in decay["params"]] == [(4, 4)]
     assert [p.shape for p in no_decay["params"]] == [(4,), (4,), (4,)]
     assert optimizer.defaults["fused"] is True
+    hf42 = build_optimizer(model, TrainParams(weight_decay=0.01, optimizer="adamw_hf42"))
+    assert [g["hf42_weight_decay"] for g in hf42.param_groups] == [0.01, 0.0]
+    assert hf42.defaults["fused"] is True
+
+
+def _adamw_reference(
+    w: torch.Tensor, grads: list[torch.Tensor], lrs: list[float], wd: float, rule: str
+) -> torch.Tensor:
+    """Both AdamW rules transcribed in float64: torch's (eps after the bias correction, decay
+    before the step) and transformers 4.2's (eps on sqrt(v), bias correction in the step size,
+    decay after the step)."""
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    w, m, v = w.clone(), torch.zeros_like(w), torch.zeros_like(w)
+    for t, (g, lr) in enumerate(zip(grads, lrs, strict=True), start=1):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        c1, c2 = 1 - b1**t, 1 - b2**t
+        if rule == "adamw_torch":
+            w = w * (1 - lr * wd)
+            w = w - lr / c1 * m / (v.sqrt() / math.sqrt(c2) + eps)
+        else:
+            w = w - lr * math.sqrt(c2) / c1 * m / (v.sqrt() + eps)
+            w = w - lr * wd * w
+    return w
+
+
+@pytest.mark.parametrize("rule", ["adamw_hf42", "adamw_torch"])
+def test_adamw_rules_match_their_float64_transcriptions(rule: str) -> None:
+    # gradients near eps (1e-8) make the two rules' eps placement visible
+    generator = torch.Generator().manual_seed(0)
+    grads = [
+        torch.randn(3, 4, generator=generator, dtype=torch.float64) * s
+        for s in (1e-8, 3e-8, 1.0, 1e-7, 2e-8, 0.5)
+    ]
+    lrs = [1e-1, 9e-2, 8e-2, 7e-2, 6e-2, 5e-2]
+    w0 = torch.randn(3, 4, generator=generator, dtype=torch.float64)
+    layer = nn.Linear(4, 3, bias=False).double()
+    with torch.no_grad():
+        layer.weight.copy_(w0)
+    train = TrainParams(optimizer=rule, weight_decay=0.1, learning_rate=lrs[0])
+    optimizer = build_optimizer(layer, train)
+    for g, lr in zip(grads, lrs, strict=True):
+        optimizer.param_groups[0]["lr"] = lr
+        layer.weight.grad = g.clone()
+        optimizer.step()
+    expected = _adamw_reference(w0, grads, lrs, 0.1, rule)
+    torch.testing.assert_close(layer.weight.detach(), expected, rtol=1e-12, atol=1e-15)
+    other = "adamw_torch" if rule == "adamw_hf42" else "adamw_hf42"
+    assert not torch.allclose(expected, _adamw_reference(w0, grads, lrs, 0.1, other), rtol=1e-6)
+
+
+def test_hf42_step_count_survives_a_resume() -> None:
+    def run(resume_at: int | None) -> torch.Tensor:
+        torch.manual_seed(0)
+        layer = nn.Linear(3, 3)
+        optimizer = build_optimizer(layer, TrainParams(weight_decay=0.01))
+        for step in range(4):
+            if step == resume_at:
+                state = optimizer.state_dict()
+                optimizer = build_optimizer(layer, TrainParams(weight_decay=0.01))
+                optimizer.load_state_dict(state)
+            layer.weight.grad = torch.full_like(layer.weight, 1e-8 * (step + 1))
+            layer.bias.grad = torch.full_like(layer.bias, 1e-3)
+            optimizer.step()
+        assert optimizer.param_groups[0]["hf42_step"] == 4
+        return layer.weight.detach().clone()
+
+    assert torch.equal(run(None), run(2))
 
 
 @pytest.mark.parametrize(
