@@ -25,12 +25,14 @@ KILL_POINT = Path(__file__).with_name("kill_point.py")
 EXPERIMENT = "simcse.tiny.s1"
 CORPUS_FILE = "data/corpus/wiki1m_head_11913.txt"
 STSB_DEV = "data/senteval/downstream/STS/STSBenchmark/sts-dev.csv"
-# 12 steps of 16 sentences: evaluated at 4, 8, 12, checkpointed at 4 and 8, logged every 2.
+# 8 steps of 16 sentences: evaluated on STS-B dev at 4 and 8, checkpointed at 3 and 6, logged
+# every 2 steps (and at each checkpoint and evaluation).
+STEPS, EVALS, CHECKPOINTS = 8, [4, 8], [3, 6]
 TRAIN = {
     "batch_size": 16,
-    "max_steps": 12,
+    "max_steps": 8,
     "eval_steps": 4,
-    "checkpoint_steps": 4,
+    "checkpoint_steps": 3,
     "log_steps": 2,
     "device": "cpu",
 }
@@ -65,7 +67,7 @@ def run_id(root: Path, experiment: str = EXPERIMENT) -> str:
 
 
 def env(**extra: str) -> dict[str, str]:
-    environ = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **extra}
+    environ = {**os.environ, "PYTHONPATH": str(REPO), **extra}
     environ.pop("CSE_RUNS_DIR", None)
     return environ
 
@@ -97,3 +99,26 @@ def files_under(root: Path) -> list[str]:
 
 def load_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def assert_same_run(root: Path, reference: Path, *, resumes: int | None = None) -> None:
+    """The run stored in ``root`` is the reference's: complete, the same metrics (timings
+    aside), bitwise the same best and final weights, one log record per step."""
+    from train_helpers import assert_same_weights, without_timing
+
+    from stages.core.run_store import RUN_FILES, read_log
+
+    rid = run_id(root)
+    done, first = root / "runs" / rid, reference / "runs" / rid
+    assert [f for f in RUN_FILES if not (done / f).is_file()] == []
+    assert not (root / "runs" / f"{rid}.partial").exists()
+    assert not (root / "runs" / f"{rid}.lock").exists()
+    metrics, expected = load_json(done / "metrics.json"), load_json(first / "metrics.json")
+    assert without_timing(metrics) == without_timing(expected)
+    assert_same_weights(first / "best", done / "best")
+    assert_same_weights(first / "final", done / "final")
+    log = read_log(done / "log.jsonl")
+    assert [r["step"] for r in log if r["event"] == "train"] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in log if r["event"] == "eval"] == EVALS
+    if resumes is not None:
+        assert [r["event"] for r in log].count("resume") == resumes
