@@ -1,9 +1,10 @@
-"""One writer per run: a lock file beside the run in the runs store, created atomically
-(O_CREAT | O_EXCL works on local disks and on NFS v3+ shared by several machines), holding the
-host, pid and start time of the trainer, and refreshed (its mtime) every ``HEARTBEAT_S`` while it
-trains. A second trainer of the same run stops with a message naming the holder. A lock is stale,
-and taken over, when its holder is a process of this host that no longer exists, or when it has
-not been refreshed for ``STALE_AFTER_S`` (a holder on another machine that died).
+"""One writer per run: a lock file beside the run in the runs store, created atomically with
+its content (a hard link, which fails if the name exists, on local disks and on NFS v3+ shared
+by several machines), holding the host, pid and start time of the trainer, and refreshed (its
+mtime) every ``HEARTBEAT_S`` while it trains. A second trainer of the same run stops with a
+message naming the holder. A lock is stale, and taken over, when its holder is a process of this
+host that no longer exists, or when it has not been refreshed for ``STALE_AFTER_S`` (a holder on
+another machine that died).
 """
 
 from __future__ import annotations
@@ -71,13 +72,27 @@ def _describe(holder: dict[str, Any]) -> str:
 
 
 def _create(path: Path, holder: dict[str, Any]) -> bool:
+    """Create the lock with its content at once: written to a file of this process, then
+    hard-linked to the lock's name (atomic, and failing if the name exists, on local disks and
+    NFS alike), so another trainer never reads an empty lock that names no holder."""
+    text = json.dumps(holder)
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.link(tmp, path)
+        return True
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(holder, f)
-    return True
+    except OSError:  # no hard links on this filesystem: create exclusively, then write
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @contextmanager

@@ -517,7 +517,14 @@ class _Training:
                 "elapsed_s": elapsed,
             }
             best = self.best_weights if self.best_unsaved else None
-            save_checkpoint(self.job.out_dir, self.step, state, best)
+            try:
+                save_checkpoint(self.job.out_dir, self.step, state, best)
+            except OSError as err:  # a full disk, a quota: the half-written one is removed
+                kept = latest_checkpoint(self.job.out_dir)
+                where = f"the previous checkpoint {kept} is intact" if kept else "no checkpoint yet"
+                raise StageError(
+                    f"could not write the checkpoint of step {self.step} ({err}); {where}"
+                ) from err
             self.best_unsaved = False
         dist_util.barrier(self.ctx)
 

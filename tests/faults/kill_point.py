@@ -1,0 +1,63 @@
+"""Run a stage CLI in this process and SIGKILL it at a chosen point (fault injection).
+
+    python kill_point.py TARGET N WHEN [MATCH] -- MODULE ARGS...
+
+TARGET is ``module:attr`` or ``module:Class.attr``: its N-th call (counting only calls with an
+argument whose text contains MATCH, when given) kills the process with SIGKILL just ``before``
+or ``after`` the call. A real SIGKILL: no cleanup, no finally blocks, no atexit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+from typing import Any
+
+
+def arm(target: str, n: int, when: str, match: str) -> None:
+    module_name, attr = target.split(":")
+    owner: Any = importlib.import_module(module_name)
+    *path, name = attr.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    original = getattr(owner, name)
+    calls = 0
+
+    def counts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        if not match:
+            return True
+        texts = [a for a in (*args, *kwargs.values()) if isinstance(a, str | os.PathLike)]
+        return any(match in os.fspath(t) for t in texts)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        hit = False
+        if counts(args, kwargs):
+            calls += 1
+            hit = calls == n
+        if hit and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = original(*args, **kwargs)
+        if hit and when == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    setattr(owner, name, wrapper)
+
+
+def main() -> None:
+    sep = sys.argv.index("--")
+    target, n, when, *match = sys.argv[1:sep]
+    module, *args = sys.argv[sep + 1 :]
+    arm(target, int(n), when, match[0] if match else "")
+    stage = importlib.import_module(module)
+    from stages import cli
+
+    sys.argv = [module, *args]
+    cli.run(stage.main)
+
+
+if __name__ == "__main__":
+    main()
