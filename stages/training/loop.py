@@ -8,8 +8,8 @@ model and the best weights are kept; every ``checkpoint_steps`` a resumable chec
 written. The inner loop never waits for the device except when it flushes the step records.
 
 Run folder (``job.out_dir``): config.json, log.jsonl, checkpoint-<step>/ while running, then
-best/ and final/ (Hugging Face model folders with tokenizer, encoder.json and run.json) and
-metrics.json.
+best/ and final/ (Hugging Face and sentence-transformers model folders with tokenizer,
+encoder.json, run.json and a model card README.md) and metrics.json.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from stages.atomic import atomic_path, write_json
 from stages.cli import StageError
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
+from stages.modeling.model_card import render_model_card
+from stages.modeling.st_format import write_sentence_transformers_files
 from stages.objectives.base import LossOutput, ObjectiveParams
 from stages.objectives.diagnostics import batch_diagnostics
 from stages.objectives.temperature import TemperatureSchedule
@@ -71,6 +73,7 @@ CONFIG_FILE = "config.json"
 LOG_FILE = "log.jsonl"
 METRICS_FILE = "metrics.json"
 RUN_CONFIG_IN_MODEL = "run.json"
+MODEL_CARD = "README.md"
 # InfoNCE's gradient norms in the batch diagnostics of objectives without a temperature use
 # SimCSE's tau (paper 003's training-set curves, spec B.7: "tau = 0.05").
 DIAGNOSTICS_TAU = 0.05
@@ -517,10 +520,11 @@ class _Training:
                 backbone=job.backbone_name,
             )
             config = {**job.config, "execution": self._execution()}
-            save_encoder(job.out_dir / "final", self.encoder, self.tokenizer, info, config)
+            card = render_model_card(config, metrics)
+            save_encoder(job.out_dir / "final", self.encoder, self.tokenizer, info, config, card)
             assert self.best_weights is not None
             self.encoder.load_state_dict(self.best_weights)
-            save_encoder(job.out_dir / "best", self.encoder, self.tokenizer, info, config)
+            save_encoder(job.out_dir / "best", self.encoder, self.tokenizer, info, config, card)
             write_json(job.out_dir / METRICS_FILE, metrics)
             remove_checkpoints(job.out_dir)
         dist_util.barrier(self.ctx)
@@ -533,10 +537,15 @@ def save_encoder(
     tokenizer: PreTrainedTokenizerBase,
     info: EncoderInfo,
     run_config: dict[str, Any],
+    model_card: str | None = None,
 ) -> None:
-    """A trained encoder folder: safetensors weights, tokenizer, encoder.json, run.json."""
+    """A trained encoder folder: safetensors weights, tokenizer, encoder.json, run.json, also a
+    sentence-transformers model folder for the evaluation pooler, with a model card README.md."""
     with atomic_path(dest) as tmp:
         encoder.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         write_encoder_info(tmp, info)
         write_json(tmp / RUN_CONFIG_IN_MODEL, run_config)
+        write_sentence_transformers_files(tmp, info.eval_pooler)
+        if model_card is not None:
+            (tmp / MODEL_CARD).write_text(model_card, encoding="utf-8")
