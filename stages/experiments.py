@@ -20,7 +20,9 @@ from stages.data_manifest import load_manifest
 from stages.params import BackboneParams, BaselineParams, Params, ResolvedMethod
 
 # Settings that change how a run executes but not what it computes; left out of the id.
-EXECUTION_ONLY_TRAIN_KEYS = frozenset({"device", "log_steps", "checkpoint_steps", "compile"})
+EXECUTION_ONLY_TRAIN_KEYS = frozenset(
+    {"device", "log_steps", "checkpoint_steps", "compile", "loggers"}
+)
 # Bump when a change to the code changes what every run computes (invalidates all run ids).
 ID_SCHEMA = 1
 STSB_DEV = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"

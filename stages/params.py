@@ -153,6 +153,10 @@ class TrainParams(Section):
     triplet_batch_size: PositiveInt | None = Field(
         None, description="masked triplets per step (triplet objectives); null: batch_size"
     )
+    loggers: tuple[Literal["dvclive", "tensorboard", "wandb"], ...] = Field(
+        ("dvclive",),
+        description="live metrics (stages/training/live.py); wandb only if installed",
+    )
 
 
 class SentEvalParams(Section):

@@ -58,7 +58,8 @@ from stages.training.model import (
     reset_mlp_head,
 )
 from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler, clip_gradients
-from stages.training.records import JsonlLog, NonFiniteLossError, StepRecorder
+from stages.training.live import RunLog, open_run_log
+from stages.training.records import NonFiniteLossError, StepRecorder
 from stages.training.resume import (
     latest_checkpoint,
     load_checkpoint,
@@ -98,6 +99,7 @@ class TrainJob:
     triplets: Path | None = None
     eval_batch_size: int = 128
     selection_metric: str = "spearman"
+    live_dir: Path | None = None  # the live loggers' folder (train.loggers); None: no loggers
 
 
 @dataclass
@@ -216,7 +218,7 @@ class _Training:
         self.best_weights: dict[str, torch.Tensor] | None = None
         self.best_unsaved = False
         self.elapsed_before = 0.0
-        self.log: JsonlLog | None = None
+        self.log: RunLog | None = None
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -291,7 +293,7 @@ class _Training:
             torch.manual_seed(rank_seed(self.job.seed, self.ctx.rank))
             if self.ctx.is_main:
                 write_json(out / CONFIG_FILE, {**self.job.config, "execution": self._execution()})
-                self.log = JsonlLog(out / LOG_FILE, truncate_at=0)
+                self.log = self._open_log(truncate_at=0)
             return
         state, self.best_weights = loaded
         expected = (self.job.run_id, self.ctx.world_size, len(self.corpus))
@@ -310,8 +312,19 @@ class _Training:
         self.best = state["best"]
         self.elapsed_before = state["elapsed_s"]
         if self.ctx.is_main:
-            self.log = JsonlLog(out / LOG_FILE, truncate_at=state["log_offset"])
+            self.log = self._open_log(truncate_at=state["log_offset"])
             self.log.write([{"event": "resume", "step": self.step}])
+
+    def _open_log(self, truncate_at: int) -> RunLog:
+        job = self.job
+        return open_run_log(
+            job.out_dir / LOG_FILE,
+            truncate_at,
+            job.train.loggers if job.live_dir is not None else (),
+            job.live_dir,
+            str(job.config.get("experiment", job.run_id)),
+            job.config,
+        )
 
     def _execution(self) -> dict[str, Any]:
         return {
