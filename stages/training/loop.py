@@ -51,6 +51,7 @@ from stages.training.data import (
 )
 from stages.training.dev import DevEncoder, DevEvaluator, max_model_length
 from stages.training.distributed import Distributed
+from stages.training.live import RunLog, open_run_log
 from stages.training.model import (
     ContrastiveModel,
     enable_gradient_checkpointing,
@@ -58,7 +59,6 @@ from stages.training.model import (
     reset_mlp_head,
 )
 from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler, clip_gradients
-from stages.training.live import RunLog, open_run_log
 from stages.training.records import NonFiniteLossError, StepRecorder
 from stages.training.resume import (
     latest_checkpoint,
