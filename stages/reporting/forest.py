@@ -20,7 +20,8 @@ def forest_plot(comparison: pl.DataFrame, baseline: str | None) -> Plot | None:
         return None
     measures = list(dict.fromkeys(shown["measure"]))
     labels = list(dict.fromkeys(f"{b} · {m}" for b, m in shown.select("backbone", "method").rows()))
-    styles = RunStyles(f"{m}.x.s0" for m in shown["method"])
+    # the colours of the other figures (their runs include the baseline method)
+    styles = RunStyles(f"{m}.x.s0" for m in [*shown["method"], baseline])
     height = 1.2 + 0.35 * len(labels)
     fig, axes = plt.subplots(1, len(measures), figsize=(5 * len(measures), height), squeeze=False)
     for ax, measure in zip(axes[0], measures, strict=True):

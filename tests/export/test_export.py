@@ -123,6 +123,7 @@ class StubHub(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_push_to_hub_uploads_through_huggingface_hub_without_showing_the_token(trained, tmp_path):
     name, _ = trained
     server = ThreadingHTTPServer(("127.0.0.1", 0), StubHub)

@@ -16,6 +16,8 @@ import pytest
 from stages.modeling.encoder import SentenceEncoder
 from stages.senteval_protocol import STS_TASKS, evaluate
 
+pytestmark = pytest.mark.parity  # real-model parity with SentEval: pytest -m parity
+
 # Spearman x100 of the real SentEval: 'all' for STS12-16 (and 'mean'), test for STS-B and SICK-R
 SENTEVAL_STS_ALL = {
     "STS12": 72.37,

@@ -28,6 +28,7 @@ def _data(n: int, c: int, seed: int, d: int = 8):
     return x, y.astype(np.int64)
 
 
+@pytest.mark.parity
 def test_inner_kfold_matches_senteval(settings) -> None:
     x, y = _data(90, 2, seed=1)
     ours = validation.inner_kfold(torch.from_numpy(x), torch.from_numpy(y), 2, settings)
