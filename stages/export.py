@@ -35,9 +35,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def export_checkpoint(
-    checkpoint: Path, dest: Path, experiment_dir: Path, run_dir: Path
+    checkpoint: Path, dest: Path, experiment_dir: Path, run_dir: Path, test_scores: bool = True
 ) -> list[str]:
-    """Copy ``checkpoint`` to ``dest`` as a complete model folder; the files written, sorted."""
+    """Copy ``checkpoint`` to ``dest`` as a complete model folder; the files written, sorted.
+    ``test_scores``: the evaluations' scores go into the card (they are the best checkpoint's)."""
     info = read_encoder_info(checkpoint)
     if info is None:
         raise StageError(f"{checkpoint} is not a trained checkpoint (no encoder.json)")
@@ -48,11 +49,12 @@ def export_checkpoint(
         write_sentence_transformers_files(dest, info.eval_pooler)
     config = _read_json(dest / "run.json") or {}
     metrics = _read_json(run_dir / "metrics.json") or {}
+    evaluated = experiment_dir if test_scores else None
     card = render_model_card(
         config,
         metrics,
-        senteval=_read_json(experiment_dir / "senteval.json"),
-        mteb=_read_json(experiment_dir / "mteb.json"),
+        senteval=_read_json(evaluated / "senteval.json") if evaluated else None,
+        mteb=_read_json(evaluated / "mteb.json") if evaluated else None,
     )
     (dest / MODEL_CARD).write_text(card, encoding="utf-8")
     return sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
@@ -93,7 +95,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not checkpoint.is_dir():
         raise StageError(f"{checkpoint} not found: train {args.experiment} first")
     dest = Path(args.dir)
-    files = export_checkpoint(checkpoint, dest, layout.experiment_dir(args.experiment), run_dir)
+    files = export_checkpoint(
+        checkpoint,
+        dest,
+        layout.experiment_dir(args.experiment),
+        run_dir,
+        test_scores=args.checkpoint == "best",  # the evaluation stages score the best checkpoint
+    )
     print(f"exported {args.experiment} ({args.checkpoint}) to {dest}: {len(files)} files")
     if not args.push_to_hub:
         return

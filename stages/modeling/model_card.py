@@ -108,7 +108,11 @@ def render_model_card(
     if tests:
         lines += ["Test (the `best` checkpoint):", "", *_scores_table(tests, "task"), ""]
     else:
-        lines += ["Test: not evaluated yet (`python -m stages.export` adds SentEval and MTEB).", ""]
+        lines += [
+            "Test: none here (the evaluation stages score the `best` checkpoint; "
+            "`python -m stages.export` adds their SentEval and MTEB scores).",
+            "",
+        ]
     execution = config.get("execution", {})
     lines += [
         "## Training parameters",

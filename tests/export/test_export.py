@@ -46,7 +46,9 @@ def trained(tmp_path, monkeypatch) -> tuple[str, Path]:
         eval_pooler="cls_before_pooler", train_pooler="cls", max_seq_length=32, run_id=run.run_id
     )
     config = {"run_id": run.run_id, "experiment": run.name, "settings": {"objective": {}}}
-    save_encoder(folder / "best", load_backbone(TINY, seed=1), load_tokenizer(TINY), info, config)
+    encoder, tokenizer = load_backbone(TINY, seed=1), load_tokenizer(TINY)
+    for checkpoint in ("best", "final"):
+        save_encoder(folder / checkpoint, encoder, tokenizer, info, config)
     (folder / "metrics.json").write_text(json.dumps({"best": {"step": 5, "spearman": 70.0}}))
     results = layout.experiment_dir(run.name)
     results.mkdir(parents=True)
@@ -66,6 +68,13 @@ def test_export_writes_a_model_folder_with_test_scores(trained, tmp_path, capsys
     assert "best 70.00 at step 5" in card
     with pytest.raises(StageError, match="not empty"):
         main([name, "out", "--params", str(REPO / "params.yaml")])
+
+
+def test_final_checkpoint_carries_no_test_scores(trained, tmp_path):
+    name, _ = trained
+    main([name, "out", "--params", str(REPO / "params.yaml"), "--checkpoint", "final"])
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "Test: none here" in card and "66.66" not in card
 
 
 def test_export_of_an_untrained_experiment_says_train_first(tmp_path, monkeypatch):

@@ -88,4 +88,4 @@ def test_model_card_names_objective_scores_environment_and_citation(tiny, tmp_pa
     assert "best 61.23 at step 10" in card
     assert "torch: 2.13.0" in card
     assert "SimCSE" in card and "SimACE" in card and "Cool-down" in card
-    assert "not evaluated yet" in card
+    assert "Test: none here" in card
