@@ -36,6 +36,7 @@ def test_inner_kfold_matches_senteval(settings) -> None:
     assert (ours.devacc, ours.acc, ours.l2) == (devacc, acc, chosen)
 
 
+@pytest.mark.parity
 def test_kfold_matches_senteval(settings) -> None:
     x, y = _data(120, 3, seed=2)
     train, test = slice(0, 90), slice(90, 120)
@@ -52,6 +53,7 @@ def test_kfold_matches_senteval(settings) -> None:
     np.testing.assert_array_equal(ours.test_predictions, yhat)
 
 
+@pytest.mark.parity
 def test_split_matches_senteval(settings) -> None:
     x, y = _data(150, 2, seed=3)
     parts = {"train": slice(0, 90), "valid": slice(90, 120), "test": slice(120, 150)}
