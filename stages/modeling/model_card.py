@@ -9,6 +9,7 @@ environment, loading snippets and citations.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -35,6 +36,14 @@ for _name in ("align_mhs", "barlow_twins", "vicreg"):
     PAPERS[_name] = PAPERS["align_mhe"]
 COOLDOWN = "Simple Temperature Cool-down in Contrastive Framework for Unsupervised Sentence "
 COOLDOWN += "Representation Learning."
+
+
+def hub_model_id(backbone: dict[str, Any]) -> bool:
+    """Whether the backbone is a pretrained Hub model (the Hub checks ``base_model``)."""
+    model = str(backbone.get("model") or "")
+    return bool(model) and not (
+        model.startswith("package:") or backbone.get("random_init") or Path(model).exists()
+    )
 
 
 def _scores_table(rows: list[tuple[str, float]], header: str) -> list[str]:
@@ -72,19 +81,19 @@ def render_model_card(
     name = objective.get("name", "unknown")
     train = settings.get("train", {})
     backbone = config.get("backbone_spec", {})
-    front = {
+    front: dict[str, Any] = {
         "library_name": "sentence-transformers",
         "pipeline_tag": "sentence-similarity",
         "tags": ["sentence-transformers", "sentence-similarity", "feature-extraction", name],
-        "base_model": backbone.get("model"),
-        "datasets": ["wiki1m (SimCSE)"],
     }
+    if hub_model_id(backbone):
+        front["base_model"] = backbone["model"]
     best, final = metrics.get("best", {}), metrics.get("final", {})
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", ""]
     lines += [
         f"# {config.get('experiment', config.get('run_id', 'checkpoint'))}",
         "",
-        f"Unsupervised SimCSE-style training with the `{name}` objective on "
+        f"Unsupervised SimCSE-style training (wiki1m sentences) with the `{name}` objective on "
         f"`{config.get('backbone', backbone.get('model'))}` (seed {config.get('seed')}), "
         f"by cse-repro (run id `{config.get('run_id')}`). "
         f"Sentence vector: `{train.get('eval_pooler')}` (the evaluation pooler; "

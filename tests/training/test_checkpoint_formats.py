@@ -81,9 +81,15 @@ def test_pooling_config_follows_the_evaluation_pooler(tiny, tmp_path):
     assert [m["path"] for m in json.loads((folder / "modules.json").read_text())][-1] == "2_Dense"
 
 
+def test_model_card_names_a_hub_backbone_as_base_model():
+    config = {**CONFIG, "backbone_spec": {"model": "bert-base-uncased"}}
+    assert "\nbase_model: bert-base-uncased\n" in render_model_card(config, METRICS)
+
+
 def test_model_card_names_objective_scores_environment_and_citation(tiny, tmp_path):
     card = (save(tiny, tmp_path / "best", "mean") / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: sentence-transformers")
+    assert "base_model" not in card  # a packaged, random-init backbone is no Hub model
     assert "`simace`" in card and '"margin_deg": 10' in card
     assert "best 61.23 at step 10" in card
     assert "torch: 2.13.0" in card
