@@ -101,26 +101,38 @@ class WandbLogger:
         self.run.finish()
 
 
+def _create(name: str, folder: Path, run_name: str, config: dict[str, Any]) -> MetricsLogger | None:
+    if name == "dvclive":
+        return DvcLiveLogger(folder)
+    if name == "tensorboard":
+        return TensorBoardLogger(folder)
+    if name == "wandb":
+        if importlib.util.find_spec("wandb") is None:
+            warnings.warn("train.loggers: wandb is not installed, skipped", stacklevel=3)
+            return None
+        return WandbLogger(folder, run_name, config)
+    raise ValueError(f"unknown logger '{name}'; allowed: {', '.join(LOGGERS)}")
+
+
 def open_loggers(
     names: Sequence[str], folder: Path, run_name: str, config: dict[str, Any] | None = None
 ) -> list[MetricsLogger]:
-    """Fresh loggers writing under ``folder`` (emptied first)."""
+    """Fresh loggers writing under ``folder`` (emptied first). A logger that fails to start is
+    left out with a warning: watching a run must never stop it."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     loggers: list[MetricsLogger] = []
     for name in names:
-        if name == "dvclive":
-            loggers.append(DvcLiveLogger(folder))
-        elif name == "tensorboard":
-            loggers.append(TensorBoardLogger(folder))
-        elif name == "wandb":
-            if importlib.util.find_spec("wandb") is None:
-                warnings.warn("train.loggers: wandb is not installed, skipped", stacklevel=2)
-                continue
-            loggers.append(WandbLogger(folder, run_name, config or {}))
-        else:
-            raise ValueError(f"unknown logger '{name}'; allowed: {', '.join(LOGGERS)}")
+        try:
+            logger = _create(name, folder, run_name, config or {})
+        except ValueError:
+            raise
+        except Exception as err:  # e.g. dvclive in a git repository without commits
+            warnings.warn(f"train.loggers: {name} could not start, skipped: {err}", stacklevel=2)
+            continue
+        if logger is not None:
+            loggers.append(logger)
     return loggers
 
 
@@ -139,16 +151,22 @@ class RunLog:
         self.publish(records)
 
     def publish(self, records: list[dict[str, Any]]) -> None:
-        for record in records:
-            point = scalars_of(record)
-            if point is not None:
-                for logger in self.loggers:
+        points = [p for p in map(scalars_of, records) if p is not None]
+        for logger in list(self.loggers):
+            try:
+                for point in points:
                     logger.log(*point)
+            except Exception as err:  # a logger that fails is dropped, the run goes on
+                warnings.warn(f"{type(logger).__name__} failed and stops: {err}", stacklevel=2)
+                self.loggers.remove(logger)
 
     def close(self) -> None:
         self.jsonl.close()
         for logger in self.loggers:
-            logger.close()
+            try:
+                logger.close()
+            except Exception as err:
+                warnings.warn(f"{type(logger).__name__} failed to close: {err}", stacklevel=2)
 
 
 def open_run_log(

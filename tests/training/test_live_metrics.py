@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from train_helpers import make_job
 
 from stages.experiments import plan_runs
 from stages.params import load_params
-from stages.training.live import open_run_log
+from stages.training.live import RunLog, open_run_log
 from stages.training.loop import train
 from stages.training.records import JsonlLog, read_log
 
@@ -112,3 +113,38 @@ def test_loggers_are_not_part_of_the_run_id(tmp_path: Path) -> None:
     default = {n: r.run_id for n, r in plan_runs(load_params(REPO / "params.yaml")).items()}
     assert {n: r.run_id for n, r in plan_runs(load_params(path)).items()} == default
     assert shutil.which("git")
+
+
+class Broken:
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        raise OSError("disk full")
+
+    def close(self) -> None:
+        raise OSError("disk full")
+
+
+def test_a_failing_logger_is_dropped_and_the_log_goes_on(tmp_path: Path) -> None:
+    log = RunLog(JsonlLog(tmp_path / "log.jsonl"), [Broken()])
+    with pytest.warns(UserWarning, match="Broken failed and stops: disk full"):
+        log.write([{"event": "train", "step": 1, "loss": 1.0}])
+    log.write([{"event": "train", "step": 2, "loss": 2.0}])
+    log.close()
+    assert log.loggers == [] and len(read_log(tmp_path / "log.jsonl")) == 2
+
+
+def test_a_logger_that_cannot_start_is_skipped(tmp_path: Path, monkeypatch) -> None:
+    """dvclive raises in a git repository without commits (a fresh clone of a template)."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*DVC, "init", "-q"], cwd=tmp_path, check=True)
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        log = open_run_log(
+            tmp_path / "log.jsonl", 0, ("dvclive", "tensorboard"), tmp_path / "live", "x"
+        )
+    log.write([{"event": "train", "step": 1, "loss": 1.0}])
+    log.close()
+    kinds = {type(logger).__name__ for logger in log.loggers}
+    assert "TensorBoardLogger" in kinds
+    if "DvcLiveLogger" not in kinds:  # this dvclive cannot start here: it says so
+        assert any("dvclive could not start" in str(w.message) for w in caught)
