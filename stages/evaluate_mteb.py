@@ -8,7 +8,9 @@
 ``experiments/<NAME>/mteb.json``. ``--model`` is a Hugging Face id, a local model directory,
 ``package:<module>`` or a trained checkpoint directory (its ``encoder.json`` gives the pooler).
 Settings come from params.yaml's ``mteb`` section (when there is one); flags override them.
-mteb's own result files stay under the cache folder, keyed by model name and revision.
+mteb's own result files stay under the cache folder, keyed by model name and revision, and are
+copied in mteb's results layout to ``mteb_results/`` beside the output (``mteb.ResultCache`` reads
+it: compare with published models using mteb's tooling).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from stages.core.run_store import reuse_evaluation, store_evaluation
 from stages.core.runs import plan_runs
 from stages.evaluation_target import encoder_for
 from stages.modeling.encoder import EncoderError, SentenceEncoder
+from stages.mteb_protocol.native_results import native_results_dir
 
 DEFAULT_MAX_LENGTH = 512
 
@@ -96,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             precision=args.precision,
         )
         label, output = args.name or args.model, args.output
-    results = evaluate_encoder(encoder, label, settings)
+    results = evaluate_encoder(encoder, label, settings, native_results_dir(output))
     record = {**results, "environment": software()}
     if as_planned:
         record = store_evaluation("mteb", args.experiment, params, record)
@@ -104,11 +107,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     _print_summary(results, output)
 
 
-def evaluate_encoder(encoder: SentenceEncoder, label: str, settings: MtebParams) -> dict[str, Any]:
-    """The MTEB results of ``encoder`` under ``settings`` (expected failures: StageError)."""
+def evaluate_encoder(
+    encoder: SentenceEncoder, label: str, settings: MtebParams, native_dir: Path | None = None
+) -> dict[str, Any]:
+    """The MTEB results of ``encoder`` under ``settings`` (expected failures: StageError); with
+    ``native_dir``, also in mteb's own results layout there (``native_results.py``)."""
     from stages.mteb_protocol.evaluate import LocalData, NoTaskEvaluated, evaluate_mteb
     from stages.mteb_protocol.local_data import LocalDataError
     from stages.mteb_protocol.model import MtebEncoder
+    from stages.mteb_protocol.native_results import write_native_results
 
     local = (
         LocalData(settings.local_source, Path(settings.sts_raw_dir), Path(settings.senteval_dir))
@@ -119,7 +126,7 @@ def evaluate_encoder(encoder: SentenceEncoder, label: str, settings: MtebParams)
         verify_workspace_data(local.sts_raw_dir, local.senteval_dir)
     model = MtebEncoder(encoder, label, normalize=settings.normalize)
     try:
-        return evaluate_mteb(
+        results = evaluate_mteb(
             model,
             settings.tasks,
             cache_dir=settings.cache_dir,
@@ -128,6 +135,12 @@ def evaluate_encoder(encoder: SentenceEncoder, label: str, settings: MtebParams)
         )
     except (NoTaskEvaluated, LocalDataError, EncoderError) as err:
         raise StageError(str(err)) from None
+    if native_dir is not None:
+        folder = write_native_results(
+            settings.cache_dir, model.mteb_model_meta, results["evaluated"], native_dir
+        )
+        results["mteb_native_results"] = str(folder)
+    return results
 
 
 def mteb_settings(params: Params, experiment: str | None) -> MtebParams:
@@ -185,6 +198,8 @@ def _print_summary(results: dict[str, Any], output: str) -> None:
         print(f"{category} mean over {row['tasks']}/{row['requested']}: {row['mean']:.2f}")
     print(f"average over {len(results['evaluated'])} tasks: {results['average']:.2f}")
     print(f"wrote {output}; mteb's result files: {results['mteb_results_dir']}")
+    if "mteb_native_results" in results:
+        print(f"in mteb's results layout (mteb.ResultCache): {results['mteb_native_results']}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ Reads experiments/<name>/{train,senteval,mteb}.json and the curves beside them f
 planned experiment and baseline (what is missing is marked, never an error) and writes
 reports/results/ as a whole (a temporary folder renamed into place): results.parquet and
 results.csv (one row per experiment x task x metric), summary.csv (mean ± std over seeds),
-significance.csv, report.md, report.html (figures embedded), figures/*.png; then
+significance.csv, comparison.csv (the summary: each method against report.baseline_method on
+STS avg and transfer avg, difference with 95% interval and p), report.md and report.html
+(self-contained: the summary table and forest plot first, then the figures, then the detail
+tables in collapsible <details>), figures/*.png; then
 reports/metrics.json, a flat summary for `dvc metrics show`. docs/report.md explains it all.
 """
 
@@ -25,6 +28,8 @@ from stages.core.params import Params, load_params
 from stages.reference import published
 from stages.reporting import figures as fig
 from stages.reporting.collect import Collected, collect, stsb_dev_angles
+from stages.reporting.comparison import compare, comparison_table
+from stages.reporting.forest import forest_plot
 from stages.reporting.render import html_page, markdown
 from stages.reporting.significance import significance
 from stages.reporting.tables import (
@@ -91,6 +96,10 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
     tests = significance(
         collected.results, params.report.baseline_method, params.report.significance_test
     )
+    comparison = compare(
+        collected.results, params.report.baseline_method, params.report.significance_test
+    )
+    summary_tables = [comparison_table(comparison, params.report.baseline_method)]
     tables = [
         status_table(collected.status),
         results_table(summary, STS_TASKS, "spearman", "STS (Spearman x100)"),
@@ -115,6 +124,9 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
             tmp / "summary.csv"
         )
         tests.write_csv(tmp / "significance.csv")
+        comparison.write_csv(tmp / "comparison.csv")
+        forest = forest_plot(comparison, params.report.baseline_method)
+        summary_figures = [(fig.save(forest, tmp / "figures"), forest.caption)] if forest else []
         shown = [
             (fig.save(p, tmp / "figures"), p.caption)
             for p in make_plots(collected, params, reference)
@@ -123,11 +135,12 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
             shown.append((png, f"Analysis (figures stage): {png.stem}"))
         title = "Contrastive sentence embeddings: results"
         md_figures = [(p, c) for p, c in shown if p.is_relative_to(tmp)]
-        text = markdown(title, intro, tables, md_figures, tmp)
+        text = markdown(title, intro, summary_tables, summary_figures, md_figures, tables, tmp)
         extra = [p for p, _ in shown if not p.is_relative_to(tmp)]
         text += "".join(f"\n![{p.stem}](../analyses/{p.name})\n" for p in extra)
         (tmp / "report.md").write_text(text, encoding="utf-8")
-        (tmp / "report.html").write_text(html_page(title, intro, tables, shown), encoding="utf-8")
+        page = html_page(title, intro, summary_tables, summary_figures, shown, tables)
+        (tmp / "report.html").write_text(page, encoding="utf-8")
     metrics = flat_metrics(summary, collected)
     write_json(root / layout.report_metrics_file(), metrics)
     return metrics

@@ -19,6 +19,8 @@ EXPERIMENTS = ("simcse.tiny-bert.s42", "simace.tiny-bert.s42")
 SIMACE = Path("stages/objectives/simace.py")
 CLASSIFIER = Path("stages/senteval_protocol/evaluate.py")
 
+pytestmark = pytest.mark.e2e  # orchestrator runs: the e2e tier
+
 
 def params() -> dict:
     raw = yaml.safe_load(SMOKE.read_text())

@@ -48,6 +48,7 @@ def test_the_smoke_preset_a_gpu_or_the_switches_let_it_run(
     assert cpu_guard.cpu_guard(load_params(REPO / "params.yaml"), "params.yaml") is None
 
 
+@pytest.mark.e2e
 def test_both_orchestrators_stop_before_any_work(tmp_path: Path) -> None:
     root = project_copy(tmp_path, None)  # params.yaml: BERT-base, about 8 GPU-hours
     snakemake = subprocess.run(

@@ -23,6 +23,8 @@ import pytest
 import yaml
 from project_copy import REPO, project_copy
 
+pytestmark = pytest.mark.e2e  # orchestrator runs: pytest -m e2e
+
 SMOKE = REPO / "presets" / "smoke.yaml"
 CI_EXPERIMENTS = ["simcse.tiny-bert.s42", "arccse.tiny-bert.s42"]
 CI_BASELINE = "baseline.minilm-mean"

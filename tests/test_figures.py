@@ -267,6 +267,7 @@ def small_params(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_cli_writes_every_figure_and_is_deterministic(tmp_path, capsys):
     params = small_params(tmp_path)
     first, second = tmp_path / "first", tmp_path / "second"

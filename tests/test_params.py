@@ -219,7 +219,7 @@ def test_a_schedule_on_a_softmax_weighted_paradigm_objective_is_accepted() -> No
         "temperature": {"schedule": "tcc", "initial_tau": 0.1, "step_ratio": 0.5},
     })  # fmt: skip
     method = parse_params(edited(edit)).resolve("simcse", None)
-    assert method.objective.uses_temperature and method.objective.initial_tau == 0.05
+    assert method.objective.uses_temperature and method.objective.tau == 0.05
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -124,6 +124,7 @@ def test_committed_dvc_yaml_matches_committed_params() -> None:
         os.chdir(cwd)
 
 
+@pytest.mark.e2e
 def test_a_stale_dvc_yaml_stops_stages_run_by_dvc(tmp_path: Path) -> None:
     root = project_copy(tmp_path, None)
     params = yaml.safe_load((root / "params.yaml").read_text())

@@ -101,6 +101,7 @@ def test_preset_generates_a_dvc_pipeline(
     assert all(f"--params {REPO / path}" in s["cmd"] for s in stages.values())
 
 
+@pytest.mark.e2e
 def test_snakemake_dry_runs_every_preset(tmp_path: Path) -> None:
     root = tmp_path / "project"
     root.mkdir()

@@ -56,6 +56,7 @@ def dry_run_jobs(root: Path, *args: str) -> dict[str, dict[str, str]]:
     return jobs
 
 
+@pytest.mark.e2e
 def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> None:
     pytest.importorskip(
         "snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]' for the profile"
@@ -80,6 +81,7 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
             assert "gpu" not in dry["resources"]
 
 
+@pytest.mark.e2e
 def test_the_local_gpus_profile_gives_each_training_job_its_own_device(tmp_path: Path) -> None:
     """The toy workflow of tests/slurm, four trainings on a two-GPU machine."""
     result = subprocess.run(

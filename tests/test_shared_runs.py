@@ -12,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.e2e  # orchestrator runs: pytest -m e2e
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {

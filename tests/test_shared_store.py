@@ -208,6 +208,7 @@ def sh(args: list[str], root: Path, store: Path, shared_data: Path) -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.e2e
 def test_two_workspaces_and_a_queued_experiment_train_each_run_once(
     tmp_path: Path, shared_data: Path
 ) -> None:

@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 import yaml
 from project_copy import project_copy
 from test_end_to_end import run, snakemake
 
 PRESETS = ("presets/smoke.yaml", "presets/smoke_arccse_margin.yaml")
+
+pytestmark = pytest.mark.e2e  # orchestrator runs: the e2e tier
 
 
 def shortened(root: Path) -> None:

@@ -59,6 +59,12 @@ def dev_curve_file(name: str) -> Path:
     return experiment_dir(name) / "dev_evals.csv"
 
 
+def live_dir(name: str) -> Path:
+    """Live training metrics of an experiment while it trains (DVCLive with its own dvc.yaml,
+    TensorBoard): inside the workspace, so DVC's plots and experiments see them."""
+    return experiment_dir(name) / "live"
+
+
 def report_metrics_file() -> Path:
     """The report's flat summary for ``dvc metrics show``; beside reports/results/, because DVC
     cannot track a file inside a tracked folder."""

@@ -182,6 +182,10 @@ class TrainParams(Section):
         description="batch order: a uniform permutation (SimCSE), or batches of similar length "
         "(megabatches of 50 batches sorted by length, as transformers' group_by_length)",
     )
+    loggers: tuple[Literal["dvclive", "tensorboard", "wandb"], ...] = Field(
+        ("dvclive",),
+        description="live metrics (stages/training/live.py); wandb only if installed",
+    )
 
 
 class SentEvalParams(Section):

@@ -35,7 +35,9 @@ from stages.core.objective_settings import OBJECTIVES, ObjectiveSettings
 from stages.core.params import BackboneParams, BaselineParams, Params, ResolvedMethod
 
 # Settings that change how a run executes but not what it computes; left out of the id.
-EXECUTION_ONLY_TRAIN_KEYS = frozenset({"device", "log_steps", "checkpoint_steps", "compile"})
+EXECUTION_ONLY_TRAIN_KEYS = frozenset(
+    {"device", "log_steps", "checkpoint_steps", "compile", "loggers"}
+)
 # Bump only when the layout of the identity itself changes (code changes are covered by it).
 ID_SCHEMA = 2
 STSB_DEV = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"

@@ -1,6 +1,7 @@
 """The report's figures (matplotlib, Agg, PNG), each from what exists; absent data, no figure.
 
-- training curves: loss, tau and STS-B dev Spearman against the step;
+- training curves: loss, tau and STS-B dev Spearman against the step (lines: one colour per
+  method, one line style per seed, ``styles.py``);
 - alignment-uniformity trajectories on STS-B dev over training (cool-down paper Figs. 2-3);
 - gradient-norm curves: per-anchor InfoNCE gradient norms w.r.t. the positive and the
   negatives on each training batch (paper 003 eq. 6) and the total pre-clip norm;
@@ -27,6 +28,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from stages.reporting.collect import Planned
+from stages.reporting.styles import RunStyles
 from stages.reporting.tables import sweep_values
 
 SWEEPS = {"temperature_sweep": "tau", "margin_ablation": "margin"}
@@ -58,6 +60,7 @@ def _curve_axes(
     if not shown:
         return None
     fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.6), squeeze=False)
+    styles = RunStyles(curves)
     for ax, (kind, column, label) in zip(axes[0], shown, strict=True):
         for experiment, frames in curves.items():
             frame = frames.get(kind)
@@ -66,12 +69,16 @@ def _curve_axes(
             frame = frame.select("step", column).drop_nulls()
             y = frame[column].to_numpy()
             smooth = _smooth(y) if kind == "steps" else y
+            style = styles(experiment)
+            marker = style.pop("marker", None) or ("o" if kind == "dev" else None)
             ax.plot(
                 frame["step"].to_numpy()[len(y) - len(smooth) :],
                 smooth,
                 label=experiment,
-                marker="o" if kind == "dev" else None,
+                marker=marker,
                 markersize=3,
+                markevery=None if kind == "dev" else max(1, len(smooth) // 10),
+                **style,
             )
         ax.set_xlabel("step")
         ax.set_ylabel(label)
@@ -145,9 +152,12 @@ def alignment_uniformity(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | N
     if not runs:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    styles = RunStyles(runs)
     for experiment, dev in runs.items():
         x, y = dev["uniformity"].to_numpy(), dev["alignment"].to_numpy()
-        (line,) = ax.plot(x, y, marker="o", markersize=3, label=experiment)
+        style = styles(experiment)
+        marker = style.pop("marker", None) or "o"
+        (line,) = ax.plot(x, y, marker=marker, markersize=3, label=experiment, **style)
         ax.annotate(
             "",
             xy=(x[-1], y[-1]),
@@ -173,9 +183,13 @@ def angle_distributions(angles: dict[str, dict[str, np.ndarray]]) -> Plot | None
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=False)
     bins = np.linspace(0, 180, 91)
+    styles = RunStyles(angles)
     for experiment, samples in angles.items():
+        style = {k: v for k, v in styles(experiment).items() if k != "marker"}
         for ax, kind in zip(axes, ("positive", "negative"), strict=True):
-            ax.hist(samples[kind], bins=bins, density=True, histtype="step", label=experiment)
+            ax.hist(
+                samples[kind], bins=bins, density=True, histtype="step", label=experiment, **style
+            )
     for ax, kind in zip(axes, ("positive pairs (gold > 4)", "negative pairs"), strict=True):
         ax.set_xlabel("angle (degrees)")
         ax.set_title(kind)

@@ -20,13 +20,29 @@ def markdown_table(table: Table) -> str:
 
 
 def markdown(
-    title: str, intro: str, tables: list[Table], figures: list[tuple[Path, str]], base: Path
+    title: str,
+    intro: str,
+    summary: list[Table],
+    summary_figures: list[tuple[Path, str]],
+    figures: list[tuple[Path, str]],
+    tables: list[Table],
+    base: Path,
 ) -> str:
-    parts = [f"# {title}\n", intro + "\n", "## Tables\n"]
-    parts += [markdown_table(t) for t in tables]
+    """Summary (tables, then its figures) first, the figures, then the detail tables folded."""
+
+    def figure(path: Path, caption: str) -> str:
+        return f"![{caption}]({path.relative_to(base).as_posix()})\n\n{caption}\n"
+
+    parts = [f"# {title}\n", intro + "\n", "## Summary\n"]
+    parts += [markdown_table(t) for t in summary]
+    parts += [figure(p, c) for p, c in summary_figures]
     parts.append("## Figures\n")
-    for path, caption in figures:
-        parts.append(f"![{caption}]({path.relative_to(base).as_posix()})\n\n{caption}\n")
+    parts += [figure(p, c) for p, c in figures]
+    parts.append("## Tables\n")
+    for table in tables:
+        parts.append(f"<details><summary>{html.escape(table.title)}</summary>\n")
+        parts.append(markdown_table(table))
+        parts.append("</details>\n")
     return "\n".join(parts)
 
 
@@ -46,23 +62,42 @@ STYLE = (
     "table{border-collapse:collapse;font-size:12px;margin-bottom:1em}"
     "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
     "td:first-child,th:first-child{text-align:left}img{max-width:100%}"
+    "details{margin:.4em 0}summary{cursor:pointer;font-weight:bold}"
 )
 
 
-def html_page(title: str, intro: str, tables: list[Table], figures: list[tuple[Path, str]]) -> str:
+def html_figure(path: Path, caption: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return (
+        f"<figure><img src='data:image/png;base64,{data}' "
+        f"alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
+        "</figcaption></figure>"
+    )
+
+
+def html_page(
+    title: str,
+    intro: str,
+    summary: list[Table],
+    summary_figures: list[tuple[Path, str]],
+    figures: list[tuple[Path, str]],
+    tables: list[Table],
+) -> str:
+    """One self-contained page: the summary section first (its tables and forest plot), then
+    every figure inline, then the detail tables (runs, papers' tables...) folded in <details>."""
     parts = [
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<link rel='icon' href='data:,'><title>{html.escape(title)}"
         f"</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
-        f"<p>{html.escape(intro)}</p><h2>Tables</h2>",
+        f"<section id='summary'><h2>Summary</h2><p>{html.escape(intro)}</p>",
     ]
-    parts += [html_table(t) for t in tables]
-    parts.append("<h2>Figures</h2>")
-    for path, caption in figures:
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
-        parts.append(
-            f"<figure><img src='data:image/png;base64,{data}' "
-            f"alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
-            "</figcaption></figure>"
-        )
-    parts.append("</body></html>")
+    parts += [html_table(t) for t in summary]
+    parts += [html_figure(p, c) for p, c in summary_figures]
+    parts.append("</section><section id='figures'><h2>Figures</h2>")
+    parts += [html_figure(p, c) for p, c in figures]
+    parts.append("</section><section id='tables'><h2>Tables</h2>")
+    for table in tables:
+        parts.append(f"<details><summary>{html.escape(table.title)}</summary>")
+        parts.append(html_table(table) + "</details>")
+    parts.append("</section></body></html>")
     return "\n".join(parts)

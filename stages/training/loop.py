@@ -8,8 +8,8 @@ model and the best weights are kept; every ``checkpoint_steps`` a resumable chec
 written. The inner loop never waits for the device except when it flushes the step records.
 
 Run folder (``job.out_dir``): config.json, log.jsonl, checkpoint-<step>/ while running, then
-best/ and final/ (Hugging Face model folders with tokenizer, encoder.json and run.json) and
-metrics.json.
+best/ and final/ (Hugging Face and sentence-transformers model folders with tokenizer,
+encoder.json, run.json and a model card README.md) and metrics.json.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from stages.core.run_store import CONFIG_FILE, LOG_FILE, METRICS_FILE
 from stages.core.temperature_settings import TemperatureSchedule
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
+from stages.modeling.model_card import render_model_card
+from stages.modeling.st_format import write_sentence_transformers_files
 from stages.objectives.base import LossOutput, Objective
 from stages.objectives.diagnostics import batch_diagnostics
 from stages.objectives.temperature import tau_at
@@ -52,6 +54,7 @@ from stages.training.data import (
 )
 from stages.training.dev import DevEncoder, DevEvaluator, max_model_length
 from stages.training.distributed import Distributed
+from stages.training.live import RunLog, open_run_log
 from stages.training.model import (
     ContrastiveModel,
     enable_gradient_checkpointing,
@@ -59,7 +62,7 @@ from stages.training.model import (
     reset_mlp_head,
 )
 from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler, clip_gradients
-from stages.training.records import JsonlLog, NonFiniteLossError, StepRecorder
+from stages.training.records import NonFiniteLossError, StepRecorder
 from stages.training.resume import (
     latest_checkpoint,
     load_checkpoint,
@@ -71,6 +74,7 @@ from stages.training.resume import (
 from stages.training.runtime import Runtime, device_name, resolve_runtime
 
 RUN_CONFIG_IN_MODEL = "run.json"
+MODEL_CARD = "README.md"
 # InfoNCE's gradient norms in the batch diagnostics of objectives without a temperature use
 # SimCSE's tau (paper 003's training-set curves, spec B.7: "tau = 0.05").
 DIAGNOSTICS_TAU = 0.05
@@ -95,6 +99,7 @@ class TrainJob:
     triplets: Path | None = None
     eval_batch_size: int = 128
     selection_metric: str = "spearman"
+    live_dir: Path | None = None  # the live loggers' folder (train.loggers); None: no loggers
 
 
 @dataclass
@@ -230,7 +235,7 @@ class _Training:
         self.best_weights: dict[str, torch.Tensor] | None = None
         self.best_unsaved = False
         self.elapsed_before = 0.0
-        self.log: JsonlLog | None = None
+        self.log: RunLog | None = None
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -305,7 +310,7 @@ class _Training:
             torch.manual_seed(rank_seed(self.job.seed, self.ctx.rank))
             if self.ctx.is_main:
                 write_json(out / CONFIG_FILE, {**self.job.config, "execution": self._execution()})
-                self.log = JsonlLog(out / LOG_FILE, truncate_at=0)
+                self.log = self._open_log(truncate_at=0)
             return
         state, self.best_weights = loaded
         expected = (self.job.run_id, self.ctx.world_size, len(self.corpus))
@@ -324,8 +329,19 @@ class _Training:
         self.best = state["best"]
         self.elapsed_before = state["elapsed_s"]
         if self.ctx.is_main:
-            self.log = JsonlLog(out / LOG_FILE, truncate_at=state["log_offset"])
+            self.log = self._open_log(truncate_at=state["log_offset"])
             self.log.write([{"event": "resume", "step": self.step}])
+
+    def _open_log(self, truncate_at: int) -> RunLog:
+        job = self.job
+        return open_run_log(
+            job.out_dir / LOG_FILE,
+            truncate_at,
+            job.train.loggers if job.live_dir is not None else (),
+            job.live_dir,
+            str(job.config.get("experiment", job.run_id)),
+            job.config,
+        )
 
     def _execution(self) -> dict[str, Any]:
         return {
@@ -563,10 +579,11 @@ class _Training:
                 backbone=job.backbone_name,
             )
             config = {**job.config, "execution": self._execution()}
-            save_encoder(job.out_dir / "final", self.encoder, self.tokenizer, info, config)
+            card = render_model_card(config, metrics)
+            save_encoder(job.out_dir / "final", self.encoder, self.tokenizer, info, config, card)
             assert self.best_weights is not None
             self.encoder.load_state_dict(self.best_weights)
-            save_encoder(job.out_dir / "best", self.encoder, self.tokenizer, info, config)
+            save_encoder(job.out_dir / "best", self.encoder, self.tokenizer, info, config, card)
             write_json(job.out_dir / METRICS_FILE, metrics)
             remove_checkpoints(job.out_dir)
         dist_util.barrier(self.ctx)
@@ -579,10 +596,15 @@ def save_encoder(
     tokenizer: PreTrainedTokenizerBase,
     info: EncoderInfo,
     run_config: dict[str, Any],
+    model_card: str | None = None,
 ) -> None:
-    """A trained encoder folder: safetensors weights, tokenizer, encoder.json, run.json."""
+    """A trained encoder folder: safetensors weights, tokenizer, encoder.json, run.json, also a
+    sentence-transformers model folder for the evaluation pooler, with a model card README.md."""
     with atomic_path(dest) as tmp:
         encoder.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         write_encoder_info(tmp, info)
         write_json(tmp / RUN_CONFIG_IN_MODEL, run_config)
+        write_sentence_transformers_files(tmp, info.eval_pooler)
+        if model_card is not None:
+            (tmp / MODEL_CARD).write_text(model_card, encoding="utf-8")

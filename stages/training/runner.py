@@ -57,6 +57,7 @@ def make_job(run: Run, params: Params, out_dir: Path) -> TrainJob:
         cache_dir=layout.CACHE / "tokenized",
         config=run.config(),
         eval_batch_size=params.senteval.batch_size,
+        live_dir=layout.live_dir(run.name),
     )
 
 

@@ -45,6 +45,7 @@ def test_writes_results_and_keeps_mtebs_files(tiny: Path, project: Path, capsys)
     assert "BIOSSES" in printed and "skipped" in printed and f"wrote {out}" in printed
 
 
+@pytest.mark.parity
 def test_minilm_truncates_at_its_declared_256_tokens(project: Path, minilm_path: str) -> None:
     out = project / "minilm.json"
     main(["--model", minilm_path, "--pooler", "mean", "--tasks", "STSBenchmark",

@@ -25,6 +25,7 @@ def _data(n: int = 260, d: int = 12, c: int = 3, seed: int = 0):
     return x, y % c
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize("mode", ["fasttest", "test"])
 def test_every_model_matches_sentevals_loop(mode: str) -> None:
     x, y = _data()

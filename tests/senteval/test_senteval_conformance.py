@@ -17,6 +17,8 @@ from stages.modeling.encoder import SentenceEncoder
 from stages.senteval_protocol.evaluate import evaluate
 from stages.senteval_protocol.loaders import STS_TASKS
 
+pytestmark = pytest.mark.parity  # real-model parity with SentEval: pytest -m parity
+
 # Spearman x100 of the real SentEval: 'all' for STS12-16 (and 'mean'), test for STS-B and SICK-R
 SENTEVAL_STS_ALL = {
     "STS12": 72.37,

@@ -28,6 +28,7 @@ def _data(n: int, c: int, seed: int, d: int = 8):
     return x, y.astype(np.int64)
 
 
+@pytest.mark.parity
 def test_inner_kfold_matches_senteval(settings) -> None:
     x, y = _data(90, 2, seed=1)
     ours = validation.inner_kfold(torch.from_numpy(x), torch.from_numpy(y), 2, settings)
@@ -35,6 +36,7 @@ def test_inner_kfold_matches_senteval(settings) -> None:
     assert (ours.devacc, ours.acc, ours.l2) == (devacc, acc, chosen)
 
 
+@pytest.mark.parity
 def test_kfold_matches_senteval(settings) -> None:
     x, y = _data(120, 3, seed=2)
     train, test = slice(0, 90), slice(90, 120)
@@ -51,6 +53,7 @@ def test_kfold_matches_senteval(settings) -> None:
     np.testing.assert_array_equal(ours.test_predictions, yhat)
 
 
+@pytest.mark.parity
 def test_split_matches_senteval(settings) -> None:
     x, y = _data(150, 2, seed=3)
     parts = {"train": slice(0, 90), "valid": slice(90, 120), "test": slice(120, 150)}

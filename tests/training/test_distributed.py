@@ -19,6 +19,8 @@ from stages.training.loop import Batch, contrastive_loss
 from stages.training.model import ContrastiveModel
 from stages.training.runtime import resolve_runtime
 
+pytestmark = pytest.mark.slow  # two real processes with a gloo process group
+
 SENTENCES = [
     "a man is playing a guitar .",
     "the cat sits on the mat",

@@ -107,6 +107,7 @@ def test_same_run_twice_is_bitwise_identical(
     assert losses(reference) == losses(again)
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_result(
     reference: Path, corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
 ) -> None:
@@ -178,6 +179,7 @@ def test_temperature_schedule_sets_the_objective_tau(
     assert taus == [0.1] * 3 + [0.05] * 7  # cool-down ends at step 0.4 * 10 = 4
 
 
+@pytest.mark.slow
 def test_arccse_with_sam_and_the_inner_loop_never_waits_for_the_device(
     corpus: Path,
     token_cache: Path,
@@ -255,6 +257,7 @@ def test_every_objective_takes_a_step_without_host_reads(
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
+@pytest.mark.slow
 def test_bf16_autocast_on_cpu_keeps_the_objective_in_fp32(
     corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
 ) -> None:

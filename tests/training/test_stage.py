@@ -102,6 +102,7 @@ def test_finished_run_is_a_cache_hit(finished: Path, monkeypatch: pytest.MonkeyP
     assert pointer.stat().st_mtime_ns == before  # unchanged content is not rewritten
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_uninterrupted_result(
     finished: Path, shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

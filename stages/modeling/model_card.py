@@ -1,0 +1,153 @@
+"""A trained checkpoint's README.md: what it is, how it scored, how it was made, how to cite.
+
+Hugging Face model-card front matter (library, tags, base model) on top; then the objective and
+its hyperparameters, the dev (STS-B, model selection) and test scores (SentEval / MTEB, when the
+evaluations have run: ``python -m stages.export`` fills them in), the resolved params, the
+environment, loading snippets and citations.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# The paper behind each objective, for "how to cite" (every method builds on SimCSE).
+SIMCSE = (
+    "Gao, Yao and Chen (2021). SimCSE: Simple Contrastive Learning of Sentence Embeddings. EMNLP."
+)
+PAPERS = {
+    "arccon": "Zhang et al. (2022). A Contrastive Framework for Learning Sentence "
+    "Representations from Pairwise and Triple-wise Perspective in Angular Space (ArcCSE). ACL.",
+    "arccse": "Zhang et al. (2022). A Contrastive Framework for Learning Sentence "
+    "Representations from Pairwise and Triple-wise Perspective in Angular Space (ArcCSE). ACL.",
+    "simace": "A Simple Angle-based Approach for Contrastive Learning of Unsupervised Sentence "
+    "Representation (SimACE).",
+    "align_uniform": "On the Inadequacy of Optimizing Alignment and Uniformity in Contrastive "
+    "Learning of Sentence Representations.",
+    "align_mhe": "Towards Better Understanding of Contrastive Sentence Representation Learning: "
+    "A Unified Paradigm for Gradient.",
+}
+for _name in ("dcl", "dcl_plus", "mpt", "met", "mat"):
+    PAPERS[_name] = PAPERS["align_uniform"]
+for _name in ("align_mhs", "barlow_twins", "vicreg"):
+    PAPERS[_name] = PAPERS["align_mhe"]
+COOLDOWN = "Simple Temperature Cool-down in Contrastive Framework for Unsupervised Sentence "
+COOLDOWN += "Representation Learning."
+
+
+def hub_model_id(backbone: dict[str, Any]) -> bool:
+    """Whether the backbone is a pretrained Hub model (the Hub checks ``base_model``)."""
+    model = str(backbone.get("model") or "")
+    return bool(model) and not (
+        model.startswith("package:") or backbone.get("random_init") or Path(model).exists()
+    )
+
+
+def _scores_table(rows: list[tuple[str, float]], header: str) -> list[str]:
+    lines = [f"| {header} | score |", "|---|---:|"]
+    lines += [f"| {name} | {value:.2f} |" for name, value in rows]
+    return lines
+
+
+def test_score_rows(senteval: dict[str, Any] | None, mteb: dict[str, Any] | None) -> list:
+    """(task, score) rows from the SentEval and MTEB result files, averages first."""
+    rows: list[tuple[str, float]] = []
+    summary = (senteval or {}).get("summary", {})
+    if "sts_avg" in summary:
+        rows.append(("SentEval STS avg (Spearman x100)", summary["sts_avg"]))
+    if "transfer_avg" in summary:
+        rows.append(("SentEval transfer avg (accuracy)", summary["transfer_avg"]))
+    rows += [(f"SentEval {t} (Spearman)", v) for t, v in summary.get("sts", {}).items()]
+    rows += [(f"SentEval {t} (accuracy)", v) for t, v in summary.get("transfer", {}).items()]
+    if mteb and "average" in mteb:
+        rows.append(("MTEB average (main score)", mteb["average"]))
+    rows += [(f"MTEB {t}", e["main_score"]) for t, e in (mteb or {}).get("tasks", {}).items()]
+    return rows
+
+
+def render_model_card(
+    config: dict[str, Any],
+    metrics: dict[str, Any],
+    *,
+    senteval: dict[str, Any] | None = None,
+    mteb: dict[str, Any] | None = None,
+) -> str:
+    """README.md for a checkpoint of the run described by ``config`` (the run's config.json)."""
+    settings = config.get("settings", {})
+    objective = settings.get("objective", {})
+    name = objective.get("name", "unknown")
+    train = settings.get("train", {})
+    backbone = config.get("backbone_spec", {})
+    front: dict[str, Any] = {
+        "library_name": "sentence-transformers",
+        "pipeline_tag": "sentence-similarity",
+        "tags": ["sentence-transformers", "sentence-similarity", "feature-extraction", name],
+    }
+    if hub_model_id(backbone):
+        front["base_model"] = backbone["model"]
+    best, final = metrics.get("best", {}), metrics.get("final", {})
+    lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", ""]
+    lines += [
+        f"# {config.get('experiment', config.get('run_id', 'checkpoint'))}",
+        "",
+        f"Unsupervised SimCSE-style training (wiki1m sentences) with the `{name}` objective on "
+        f"`{config.get('backbone', backbone.get('model'))}` (seed {config.get('seed')}), "
+        f"by cse-repro (run id `{config.get('run_id')}`). "
+        f"Sentence vector: `{train.get('eval_pooler')}` (the evaluation pooler; "
+        "sentence-transformers and transformers both load this folder).",
+        "",
+        "## Objective",
+        "",
+        "```json",
+        json.dumps({"objective": objective, "temperature": settings.get("temperature")}, indent=2),
+        "```",
+        "",
+        "## Scores",
+        "",
+        "Dev (STS-B dev Spearman x100, model selection): "
+        f"best {best.get('spearman', float('nan')):.2f} at step {best.get('step')}; "
+        f"final {final.get('spearman', float('nan')):.2f} "
+        f"after {metrics.get('steps')} steps.",
+        "",
+    ]
+    tests = test_score_rows(senteval, mteb)
+    if tests:
+        lines += ["Test (the `best` checkpoint):", "", *_scores_table(tests, "task"), ""]
+    else:
+        lines += [
+            "Test: none here (the evaluation stages score the `best` checkpoint; "
+            "`python -m stages.export` adds their SentEval and MTEB scores).",
+            "",
+        ]
+    execution = config.get("execution", {})
+    lines += [
+        "## Training parameters",
+        "",
+        "```json",
+        json.dumps(train, indent=2),
+        "```",
+        "",
+        "## Environment",
+        "",
+        *[f"- {key}: {value}" for key, value in execution.items()],
+        "",
+        "## Usage",
+        "",
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        "model = SentenceTransformer('path/to/this/folder')",
+        "vectors = model.encode(['A sentence.', 'Another one.'])",
+        "```",
+        "",
+        "## Citation",
+        "",
+        f"- {SIMCSE}",
+    ]
+    if name in PAPERS:
+        lines.append(f"- {PAPERS[name]}")
+    if (settings.get("temperature") or {}).get("schedule", "constant") != "constant":
+        lines.append(f"- {COOLDOWN}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,77 @@
+"""Distinct line styles for many runs: one colour per method, one line style per seed, one
+marker per backbone, so a figure with more than ten runs still tells every line apart (a
+matplotlib default cycle repeats its ten colours).
+
+Experiments are named ``method.backbone.s<seed>`` (``stages.experiments.experiment_name``);
+anything else (a baseline) is drawn grey.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import matplotlib as mpl
+
+DASHES: list[Any] = [
+    "-",
+    "--",
+    ":",
+    "-.",
+    (0, (5, 1)),
+    (0, (3, 1, 1, 1, 1, 1)),
+    (0, (1, 3)),
+    (0, (8, 2, 2, 2)),
+    (0, (5, 5)),
+    (0, (3, 5, 1, 5, 1, 5)),
+]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+BASELINE_COLOUR = "0.45"
+_NAME = re.compile(r"^(?P<method>[^.]+)\.(?P<backbone>.+)\.s(?P<seed>-?\d+)$")
+
+
+def parse(experiment: str) -> tuple[str, str, int] | None:
+    match = _NAME.match(experiment)
+    if match is None:
+        return None
+    return match["method"], match["backbone"], int(match["seed"])
+
+
+def _colours(n: int) -> list[Any]:
+    """n distinct colours: tab10, then tab20's light shades, then evenly spaced hues."""
+    base = list(mpl.colormaps["tab10"].colors)
+    base += list(mpl.colormaps["tab20"].colors)[1::2]
+    if n <= len(base):
+        return base[:n]
+    return [mpl.colormaps["hsv"](i / n) for i in range(n)]
+
+
+def _dash(i: int) -> Any:
+    if i < len(DASHES):
+        return DASHES[i]
+    return (0, (1 + i % 7, 1 + i // 7))  # further seeds: more dash patterns
+
+
+class RunStyles:
+    """``styles(experiment)`` -> matplotlib kwargs (color, linestyle, marker)."""
+
+    def __init__(self, experiments: Iterable[str]) -> None:
+        parsed = [p for p in map(parse, experiments) if p is not None]
+        methods = sorted({p[0] for p in parsed})
+        seeds = sorted({p[2] for p in parsed})
+        backbones = sorted({p[1] for p in parsed})
+        self.colour = dict(zip(methods, _colours(len(methods)), strict=True))
+        self.dash = {seed: _dash(i) for i, seed in enumerate(seeds)}
+        self.marker = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(backbones)}
+
+    def __call__(self, experiment: str) -> dict[str, Any]:
+        parsed = parse(experiment)
+        if parsed is None:
+            return {"color": BASELINE_COLOUR, "linestyle": "-"}
+        method, backbone, seed = parsed
+        return {
+            "color": self.colour[method],
+            "linestyle": self.dash[seed],
+            "marker": self.marker[backbone] if len(self.marker) > 1 else None,
+        }
