@@ -7,6 +7,9 @@
   evaluator's ``cls`` reads it back; ``cls_before_pooler`` skips it.
 - The ArcCSE triplet branch runs with dropout off (every dropout of the encoder, hidden and
   attention) for that forward only; gradients still flow through it.
+- ``unpad`` (default on): BERT-family encoders compute only the real tokens
+  (``stages.modeling.unpadded``); other encoders, or ``unpad=False``, run the padded Hugging Face
+  forward with a ready 4-D attention mask in the form their attention implementation expects.
 """
 
 from __future__ import annotations
@@ -18,16 +21,13 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from stages.modeling.pooling import needs_hidden_states, pool
-
-
-def attention_bias(mask: torch.Tensor) -> torch.Tensor:
-    """The (batch, 1, 1, keys) boolean mask that SDPA broadcasts over heads and queries.
-
-    Handing transformers a ready 4-D mask skips its own mask preparation, which inspects the
-    mask's values (``mask.all()``) and so would wait for the GPU at every forward.
-    """
-    return mask[:, None, None, :]
+from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
+from stages.modeling.unpadded import (
+    Packing,
+    attention_bias,
+    packed_forward,
+    unpadding_unsupported,
+)
 
 
 def reset_mlp_head(encoder: PreTrainedModel, seed: int) -> None:
@@ -80,17 +80,37 @@ def enable_gradient_checkpointing(encoder: PreTrainedModel) -> None:
 
 
 class ContrastiveModel(nn.Module):
-    """Maps a batch to (z, z_pos) and, for triplet objectives, (h0, h1, h2)."""
+    """Maps a batch to (z, z_pos) and, for triplet objectives, (h0, h1, h2).
 
-    def __init__(self, encoder: PreTrainedModel, pooler: str) -> None:
+    ``packing``/``triplet_packing`` (optional) describe the masks' real tokens, built on the
+    host (``Packing.from_mask``) so the unpadded forward never waits for the device; without
+    them they are derived from the masks.
+    """
+
+    def __init__(self, encoder: PreTrainedModel, pooler: str, unpad: bool = True) -> None:
         super().__init__()
         self.encoder = encoder
         self.pooler = pooler
+        self.unpad = unpad
 
-    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    @property
+    def unpadded(self) -> bool:
+        """Whether ``embed`` computes only the real tokens."""
+        return self.unpad and unpadding_unsupported(self.encoder) is None
+
+    def embed(
+        self, ids: torch.Tensor, mask: torch.Tensor, packing: Packing | None = None
+    ) -> torch.Tensor:
+        if self.unpadded:
+            packing = packing or Packing.from_mask(mask)
+            states = packed_forward(
+                self.encoder, ids, mask, packing, keep_first_layer=needs_hidden_states(self.pooler)
+            )
+            return pool_packed(states, packing, self.pooler, getattr(self.encoder, "pooler", None))
+        bias = attention_bias(mask, self.encoder.config._attn_implementation, self.encoder.dtype)
         outputs = self.encoder(
             input_ids=ids,
-            attention_mask=attention_bias(mask),
+            attention_mask=bias,
             output_hidden_states=needs_hidden_states(self.pooler),
         )
         return pool(outputs, mask, self.pooler)
@@ -101,11 +121,15 @@ class ContrastiveModel(nn.Module):
         mask: torch.Tensor,
         triplet_ids: torch.Tensor | None = None,
         triplet_mask: torch.Tensor | None = None,
+        packing: Packing | None = None,
+        triplet_packing: Packing | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None]:
         n = ids.size(0)
-        views = self.embed(torch.cat([ids, ids]), torch.cat([mask, mask]))
+        doubled = packing.repeated(2) if packing is not None else None
+        views = self.embed(torch.cat([ids, ids]), torch.cat([mask, mask]), doubled)
         triplets = None
         if triplet_ids is not None and triplet_mask is not None:
             with dropout_disabled(self.encoder):
-                triplets = tuple(torch.tensor_split(self.embed(triplet_ids, triplet_mask), 3))
+                embedded = self.embed(triplet_ids, triplet_mask, triplet_packing)
+                triplets = tuple(torch.tensor_split(embedded, 3))
         return views[:n], views[n:], triplets

@@ -23,6 +23,7 @@ from transformers import AutoModel
 
 from stages.modeling.backbone import load_backbone
 from stages.modeling.checkpoint import read_encoder_info
+from stages.modeling.unpadded import Packing
 from stages.objectives.arccse import ArcCSE
 from stages.objectives.registry import OBJECTIVES_BY_NAME
 from stages.objectives.temperature import TemperatureSchedule
@@ -240,10 +241,12 @@ def test_every_objective_takes_a_step_without_host_reads(
     model = ContrastiveModel(load_backbone(TINY, seed=0), "cls").train()
     sentences = ["a man plays a guitar", "the cat sleeps", "stocks fell sharply", "it rains"]
     ids, mask = pad_rows([np.asarray(tokenizer(s)["input_ids"]) for s in sentences], 0)
-    batch = Batch(torch.from_numpy(ids), torch.from_numpy(mask))
+    # The packings are built on the host, as make_batch builds them (unpadded forward).
+    batch = Batch(torch.from_numpy(ids), torch.from_numpy(mask), packing=Packing.from_mask(mask))
     if objective.needs_triplets:
         batch.triplet_ids = batch.ids.repeat(3, 1)
         batch.triplet_mask = batch.mask.repeat(3, 1)
+        batch.triplet_packing = Packing.from_mask(np.tile(mask, (3, 1)))
     cpu = resolve_runtime("cpu", "fp32")
     tau = objective.initial_tau
     with HostReadWatch(monkeypatch) as watch:
