@@ -33,6 +33,7 @@ from stages.atomic import atomic_path, write_json
 from stages.cli import StageError
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
+from stages.modeling.unpadded import Packing
 from stages.objectives.base import LossOutput, ObjectiveParams
 from stages.objectives.diagnostics import batch_diagnostics
 from stages.objectives.temperature import TemperatureSchedule
@@ -74,6 +75,8 @@ RUN_CONFIG_IN_MODEL = "run.json"
 # InfoNCE's gradient norms in the batch diagnostics of objectives without a temperature use
 # SimCSE's tau (paper 003's training-set curves, spec B.7: "tau = 0.05").
 DIAGNOSTICS_TAU = 0.05
+# Named phases of a step for torch.profiler (benchmarks/train_overhead.py); ~1 us each otherwise.
+phase = torch.profiler.record_function
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class Batch:
     mask: torch.Tensor
     triplet_ids: torch.Tensor | None = None
     triplet_mask: torch.Tensor | None = None
+    packing: Packing | None = None  # where the real tokens are (host-built; unpadded forward)
+    triplet_packing: Packing | None = None
 
 
 def contrastive_loss(
@@ -122,16 +127,25 @@ def contrastive_loss(
     alignment, uniformity, positive and negative angles, InfoNCE gradient norms) as ``batch_*``,
     detached and still on the device.
     """
-    with runtime.autocast():
-        z, z_pos, triplets = model(batch.ids, batch.mask, batch.triplet_ids, batch.triplet_mask)
-    if gather_negatives and ctx.active:
-        z, z_pos = dist_util.gather_with_grad(z, ctx), dist_util.gather_with_grad(z_pos, ctx)
-        if triplets is not None:
-            triplets = tuple(dist_util.gather_with_grad(h, ctx) for h in triplets)
-    out = objective(z, z_pos, tau=tau, triplets=triplets)  # type: ignore[arg-type]
+    with phase("step.forward"), runtime.autocast():
+        z, z_pos, triplets = model(
+            batch.ids,
+            batch.mask,
+            batch.triplet_ids,
+            batch.triplet_mask,
+            packing=batch.packing,
+            triplet_packing=batch.triplet_packing,
+        )
+    with phase("step.loss"):
+        if gather_negatives and ctx.active:
+            z, z_pos = dist_util.gather_with_grad(z, ctx), dist_util.gather_with_grad(z_pos, ctx)
+            if triplets is not None:
+                triplets = tuple(dist_util.gather_with_grad(h, ctx) for h in triplets)
+        out = objective(z, z_pos, tau=tau, triplets=triplets)  # type: ignore[arg-type]
     if diagnostics:
-        geometry = batch_diagnostics(z, z_pos, DIAGNOSTICS_TAU if tau is None else tau)
-        out.stats.update({f"batch_{name}": value for name, value in geometry.items()})
+        with phase("step.diagnostics"):
+            geometry = batch_diagnostics(z, z_pos, DIAGNOSTICS_TAU if tau is None else tau)
+            out.stats.update({f"batch_{name}": value for name, value in geometry.items()})
     return out
 
 
@@ -143,14 +157,20 @@ def make_batch(
     rank: int,
     pad_id: int,
     runtime: Runtime,
+    unpad: bool = False,
 ) -> Batch:
-    """This rank's share of 0-based global ``step``, padded and on its way to the device."""
+    """This rank's share of 0-based global ``step``, padded and on its way to the device; with
+    ``unpad`` also where its real tokens are (computed here, on the host)."""
     ids, mask = pad_rows(corpus.rows(plan.shard(step, rank)), pad_id)
     batch = Batch(runtime.to_device(ids), runtime.to_device(mask))
+    if unpad:
+        batch.packing = Packing.from_mask(mask, runtime.to_device)
     if pool is not None:
         anchor, short, long = pool.shard(step, rank)
         t_ids, t_mask = pad_rows(anchor + short + long, pad_id)
         batch.triplet_ids, batch.triplet_mask = runtime.to_device(t_ids), runtime.to_device(t_mask)
+        if unpad:
+            batch.triplet_packing = Packing.from_mask(t_mask, runtime.to_device)
     return batch
 
 
@@ -191,7 +211,8 @@ class _Training:
         self.encoder = self._load_encoder()
         self.pool = self._load_triplets() if job.objective.needs_triplets else None
 
-        self.model = ContrastiveModel(self.encoder, train.pooler)
+        self.model = ContrastiveModel(self.encoder, train.pooler, unpad=train.unpad)
+        self.unpadded = self.model.unpadded
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, train)
         self.scheduler = build_scheduler(self.optimizer, train, self.total_steps)
@@ -206,6 +227,7 @@ class _Training:
         self.dev_encoder = DevEncoder(
             self.encoder, self.tokenizer, train.eval_pooler, runtime, job.eval_batch_size
         )
+        self.dev_encoder.model.unpad = train.unpad  # the dev encoder's own ContrastiveModel
         self.recorder = StepRecorder(job.objective.name)
         self.step = 0
         self.evaluations: list[dict[str, Any]] = []
@@ -316,6 +338,7 @@ class _Training:
             "precision": self.runtime.precision,
             "world_size": self.ctx.world_size,
             "compile": self.job.train.compile,
+            "unpadded": self.model.unpadded,
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "total_steps": self.total_steps,
@@ -364,9 +387,17 @@ class _Training:
     def _train_step(self) -> None:
         job, train = self.job, self.job.train
         t = self.step + 1  # 1-based, as the temperature schedules count
-        batch = make_batch(
-            self.corpus, self.plan, self.pool, self.step, self.ctx.rank, self.pad_id, self.runtime
-        )
+        with phase("step.data"):
+            batch = make_batch(
+                self.corpus,
+                self.plan,
+                self.pool,
+                self.step,
+                self.ctx.rank,
+                self.pad_id,
+                self.runtime,
+                unpad=self.unpadded,
+            )
         objective = job.objective
         tau = (
             job.temperature.tau_at(t, self.total_steps, objective.initial_tau)
@@ -388,24 +419,34 @@ class _Training:
             )
 
         out = loss(diagnostics=True)
-        out.loss.backward()
+        with phase("step.backward"):
+            out.loss.backward()
         if self.sam is not None:
-            self.sam.ascend()
-            loss().loss.backward()
-            self.sam.restore()
-        grad_norm = clip_gradients(self.params, train.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.recorder.record(
-            t,
-            {"loss": out.loss, "grad_norm": grad_norm, **out.stats},
-            epoch=t / self.plan.steps_per_epoch,
-            lr=lr,
-            tau=tau,
-        )
+            with phase("step.sam"):
+                self.sam.ascend()
+                loss().loss.backward()
+                self.sam.restore()
+        with phase("step.clip"):
+            grad_norm = clip_gradients(self.params, train.max_grad_norm)
+        with phase("step.optimizer"):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        with phase("step.scheduler"):
+            self.scheduler.step()
+        with phase("step.record"):
+            self.recorder.record(
+                t,
+                {"loss": out.loss, "grad_norm": grad_norm, **out.stats},
+                epoch=t / self.plan.steps_per_epoch,
+                lr=lr,
+                tau=tau,
+            )
 
     def _flush(self, bar: tqdm) -> None:
+        with phase("step.logging"):
+            self._flush_records(bar)
+
+    def _flush_records(self, bar: tqdm) -> None:
         average = None
         if self.ctx.active and not self.job.train.gather_negatives:
             # Without gathering each rank's loss covers only its own share of the batch.
