@@ -180,8 +180,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=12, help="optimizer steps per timed run")
     p.add_argument("--warmup", type=int, default=2, help="steps left out at the start of a run")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three runs")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (0: quality only)")
     p.add_argument("--quality-steps", type=int, default=80, help="0 skips the dev check")
+    p.add_argument(
+        "--quality-variants",
+        nargs="+",
+        default=["fp32_unpadded", "fp32_padded"],
+        choices=["fp32_unpadded", "fp32_padded"],
+    )
     p.add_argument("--data-dir", type=Path, default=default_data_dir())
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_cpu.json")
     args = p.parse_args()
@@ -230,10 +236,10 @@ def main() -> None:
         print(f"round {r + 1} (load {row['load_average']}): {json.dumps(shown)}", flush=True)
     rounds = result["rounds"]
     summary = {}
-    for key in recipes:
+    for key in recipes if rounds else []:
         seconds = statistics.median(r[f"{key}_s_per_step"] for r in rounds)
         summary[f"{key}_sentences_per_s"] = BATCH / seconds
-    for ratio in ("ratio_fp32", "ratio_bf16", "ratio_unpadding_fp32"):
+    for ratio in ("ratio_fp32", "ratio_bf16", "ratio_unpadding_fp32") if rounds else []:
         values = [r[ratio] for r in rounds]
         summary[f"{ratio}_median"] = statistics.median(values)
         summary[f"{ratio}_range"] = [min(values), max(values)]
@@ -244,7 +250,9 @@ def main() -> None:
         evaluate = stsb_dev_evaluator(args.data_dir / "senteval")
         eval_steps = max(1, args.quality_steps // 4)
         quality: dict[str, Any] = {"load_average_start": load_average()}
-        for label, unpad in (("fp32_unpadded", True), ("fp32_padded", False)):
+        variants = {"fp32_unpadded": True, "fp32_padded": False}
+        for label in args.quality_variants:
+            unpad = variants[label]
             _, metrics = ours(
                 corpus, args.quality_steps, "fp32", workdir, evaluate, eval_steps, unpad=unpad
             )

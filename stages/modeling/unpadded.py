@@ -155,7 +155,7 @@ class Packing:
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """(tokens, ...) -> (batch, length, ...), zeros at the padding."""
         shape = (self.batch * self.length, *packed.shape[1:])
-        padded = packed.new_zeros(shape).index_copy(0, self.indices, packed)
+        padded = packed.new_zeros(shape).index_copy_(0, self.indices, packed)
         return padded.view(self.batch, self.length, *packed.shape[1:])
 
 
