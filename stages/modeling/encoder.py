@@ -30,7 +30,8 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from stages.core.params import POOLERS
 from stages.modeling.backbone import resolve_model_location
 from stages.modeling.checkpoint import ENCODER_FILE, read_encoder_info
-from stages.modeling.pooling import needs_hidden_states, pool
+from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
+from stages.modeling.unpadded import Packing, packed_forward, unpadding_unsupported
 
 Precision = Literal["fp32", "bf16", "fp16"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -60,10 +61,12 @@ def embed(
     max_length: int = 512,
     precision: Precision = "fp32",
     name: str = "model",
+    unpad: bool = True,
 ) -> np.ndarray:
     """(len(sentences), hidden) float32 embeddings in input order; each distinct sentence is
     encoded once, in batches of similar token length. The model is used as it is (mode, device);
-    call ``model.eval()`` first for deterministic embeddings."""
+    call ``model.eval()`` first for deterministic embeddings. With ``unpad`` a BERT-family model
+    computes only the real tokens (``stages.modeling.unpadded``; equal up to float rounding)."""
     distinct = list(dict.fromkeys(sentences))
     if not distinct:
         return np.zeros((0, model.config.hidden_size), dtype=np.float32)
@@ -72,15 +75,31 @@ def embed(
     device = next(model.parameters()).device
     autocast = torch.autocast(device.type, dtype=DTYPES.get(precision), enabled=precision != "fp32")
     rows = np.empty((len(distinct), model.config.hidden_size), dtype=np.float32)
+    right_padded = getattr(tokenizer, "padding_side", "right") == "right"
+    unpadded = unpad and right_padded and unpadding_unsupported(model) is None
     with torch.inference_mode(), autocast:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             batch = tokenizer.pad(
                 {k: [v[i] for i in idx] for k, v in tokens.items()}, return_tensors="pt"
             )
+            host_mask = batch["attention_mask"].numpy()
             batch = {k: v.to(device) for k, v in batch.items()}
-            outputs = model(**batch, output_hidden_states=needs_hidden_states(pooler))
-            vectors = pool(outputs, batch["attention_mask"], pooler).float()
+            if unpadded:
+                packing = Packing.from_mask(host_mask, _mover(device))
+                states = packed_forward(
+                    model,
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    packing,
+                    token_type_ids=batch.get("token_type_ids"),
+                    keep_first_layer=needs_hidden_states(pooler),
+                )
+                vectors = pool_packed(states, packing, pooler, getattr(model, "pooler", None))
+            else:
+                outputs = model(**batch, output_hidden_states=needs_hidden_states(pooler))
+                vectors = pool(outputs, batch["attention_mask"], pooler)
+            vectors = vectors.float()
             finite = torch.isfinite(vectors).all(dim=1)
             if not bool(finite.all()):
                 bad = distinct[idx[int((~finite).nonzero()[0])]]
@@ -88,6 +107,13 @@ def embed(
             rows[idx] = vectors.cpu().numpy()
     index = {s: i for i, s in enumerate(distinct)}
     return rows[[index[s] for s in sentences]]
+
+
+def _mover(device: torch.device):
+    def move(array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(device)
+
+    return move
 
 
 class SentenceEncoder:
@@ -103,8 +129,10 @@ class SentenceEncoder:
         batch_size: int = 128,
         device: str = "auto",
         precision: Precision = "fp32",
+        unpad: bool = True,
     ) -> None:
         self.model_name = model
+        self.unpad = unpad
         self.location = resolve_model_location(model)
         self.info = read_encoder_info(self.location) if Path(self.location).is_dir() else None
         if pooler is None and self.info is None:
@@ -155,6 +183,7 @@ class SentenceEncoder:
             max_length=self.max_length,
             precision=self.precision,
             name=self.model_name,
+            unpad=self.unpad,
         )
 
     @cached_property

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from stages.core.params import POOLERS
+from stages.modeling.unpadded import PackedStates, Packing
 
 
 def needs_hidden_states(pooler: str) -> bool:
@@ -42,3 +43,29 @@ def pool(outputs: Any, attention_mask: torch.Tensor, pooler: str) -> torch.Tenso
         first, last = outputs.hidden_states[1], outputs.hidden_states[-1]
         return masked_mean((first + last) / 2, attention_mask)
     raise ValueError(f"unknown pooler '{pooler}'; allowed: {', '.join(POOLERS)}")
+
+
+def pool_packed(
+    states: PackedStates, packing: Packing, pooler: str, head: torch.nn.Module | None
+) -> torch.Tensor:
+    """``pool`` for the packed token states of ``packed_forward`` (``head``: the backbone's
+    pooler module, for ``cls``); equal to pooling the padded forward's outputs."""
+    if pooler == "cls":
+        if head is None:
+            raise ValueError("pooler 'cls' needs a backbone with a pooler (dense + tanh) layer")
+        return head(states.last.index_select(0, packing.first)[:, None])
+    if pooler == "cls_before_pooler":
+        return states.last.index_select(0, packing.first)
+    if pooler == "mean":
+        return packed_mean(states.last, packing)
+    if pooler == "first_last_mean":
+        if states.first_layer is None:
+            raise ValueError("pooler 'first_last_mean' needs the first layer's states")
+        return packed_mean((states.first_layer + states.last) / 2, packing)
+    raise ValueError(f"unknown pooler '{pooler}'; allowed: {', '.join(POOLERS)}")
+
+
+def packed_mean(packed: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """Each row's mean over its real tokens (summed in the padded layout, as ``masked_mean``)."""
+    total = packing.unpack(packed).sum(dim=1)
+    return total / packing.lengths.to(total.dtype)[:, None]

@@ -39,6 +39,7 @@ from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
 from stages.modeling.model_card import render_model_card
 from stages.modeling.st_format import write_sentence_transformers_files
+from stages.modeling.unpadded import Packing
 from stages.objectives.base import LossOutput, Objective
 from stages.objectives.diagnostics import batch_diagnostics
 from stages.objectives.temperature import tau_at
@@ -78,6 +79,8 @@ MODEL_CARD = "README.md"
 # InfoNCE's gradient norms in the batch diagnostics of objectives without a temperature use
 # SimCSE's tau (paper 003's training-set curves, spec B.7: "tau = 0.05").
 DIAGNOSTICS_TAU = 0.05
+# Named phases of a step for torch.profiler (benchmarks/train_overhead.py); ~1 us each otherwise.
+phase = torch.profiler.record_function
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class Batch:
     mask: torch.Tensor
     triplet_ids: torch.Tensor | None = None
     triplet_mask: torch.Tensor | None = None
+    packing: Packing | None = None  # where the real tokens are (host-built; unpadded forward)
+    triplet_packing: Packing | None = None
 
 
 def contrastive_loss(
@@ -127,16 +132,25 @@ def contrastive_loss(
     alignment, uniformity, positive and negative angles, InfoNCE gradient norms) as ``batch_*``,
     detached and still on the device.
     """
-    with runtime.autocast():
-        z, z_pos, triplets = model(batch.ids, batch.mask, batch.triplet_ids, batch.triplet_mask)
-    if gather_negatives and ctx.active:
-        z, z_pos = dist_util.gather_with_grad(z, ctx), dist_util.gather_with_grad(z_pos, ctx)
-        if triplets is not None:
-            triplets = tuple(dist_util.gather_with_grad(h, ctx) for h in triplets)
-    out = objective(z, z_pos, tau=tau, triplets=triplets)  # type: ignore[arg-type]
+    with phase("step.forward"), runtime.autocast():
+        z, z_pos, triplets = model(
+            batch.ids,
+            batch.mask,
+            batch.triplet_ids,
+            batch.triplet_mask,
+            packing=batch.packing,
+            triplet_packing=batch.triplet_packing,
+        )
+    with phase("step.loss"):
+        if gather_negatives and ctx.active:
+            z, z_pos = dist_util.gather_with_grad(z, ctx), dist_util.gather_with_grad(z_pos, ctx)
+            if triplets is not None:
+                triplets = tuple(dist_util.gather_with_grad(h, ctx) for h in triplets)
+        out = objective(z, z_pos, tau=tau, triplets=triplets)  # type: ignore[arg-type]
     if diagnostics:
-        geometry = batch_diagnostics(z, z_pos, DIAGNOSTICS_TAU if tau is None else tau)
-        out.stats.update({f"batch_{name}": value for name, value in geometry.items()})
+        with phase("step.diagnostics"):
+            geometry = batch_diagnostics(z, z_pos, DIAGNOSTICS_TAU if tau is None else tau)
+            out.stats.update({f"batch_{name}": value for name, value in geometry.items()})
     return out
 
 
@@ -148,14 +162,20 @@ def make_batch(
     rank: int,
     pad_id: int,
     runtime: Runtime,
+    unpad: bool = False,
 ) -> Batch:
-    """This rank's share of 0-based global ``step``, padded and on its way to the device."""
+    """This rank's share of 0-based global ``step``, padded and on its way to the device; with
+    ``unpad`` also where its real tokens are (computed here, on the host)."""
     ids, mask = pad_rows(corpus.rows(plan.shard(step, rank)), pad_id)
     batch = Batch(runtime.to_device(ids), runtime.to_device(mask))
+    if unpad:
+        batch.packing = Packing.from_mask(mask, runtime.to_device)
     if pool is not None:
         anchor, short, long = pool.shard(step, rank)
         t_ids, t_mask = pad_rows(anchor + short + long, pad_id)
         batch.triplet_ids, batch.triplet_mask = runtime.to_device(t_ids), runtime.to_device(t_mask)
+        if unpad:
+            batch.triplet_packing = Packing.from_mask(t_mask, runtime.to_device)
     return batch
 
 
@@ -207,8 +227,13 @@ class _Training:
         self.pool = self._load_triplets() if job.objective.needs_triplets else None
 
         self.model = ContrastiveModel(
-            self.encoder, train.pooler, train.view_dropout, train.triplet_dropout
+            self.encoder,
+            train.pooler,
+            train.view_dropout,
+            train.triplet_dropout,
+            unpad=train.unpad,
         )
+        self.unpadded = self.model.unpadded
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, train)
         self.scheduler = build_scheduler(self.optimizer, train, self.total_steps)
@@ -228,6 +253,7 @@ class _Training:
             job.eval_batch_size,
             train.dev_precision,
         )
+        self.dev_encoder.model.unpad = train.unpad  # the dev encoder's own ContrastiveModel
         self.recorder = StepRecorder(job.objective.name)
         self.step = 0
         self.evaluations: list[dict[str, Any]] = []
@@ -351,6 +377,7 @@ class _Training:
             "world_size": self.ctx.world_size,
             "compile": self.job.train.compile,
             **software(),
+            "unpadded": self.model.unpadded,
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "cuda": torch.version.cuda,
@@ -406,12 +433,20 @@ class _Training:
         micro-batches, clip, step."""
         job, train = self.job, self.job.train
         t = self.step + 1  # 1-based, as the temperature schedules count
-        batches = [
-            make_batch(
-                self.corpus, self.plan, self.pool, m, self.ctx.rank, self.pad_id, self.runtime
-            )
-            for m in range(self.step * self.accumulation, t * self.accumulation)
-        ]
+        with phase("step.data"):
+            batches = [
+                make_batch(
+                    self.corpus,
+                    self.plan,
+                    self.pool,
+                    m,
+                    self.ctx.rank,
+                    self.pad_id,
+                    self.runtime,
+                    unpad=self.unpadded,
+                )
+                for m in range(self.step * self.accumulation, t * self.accumulation)
+            ]
         objective = job.objective
         tau = (
             tau_at(job.temperature, t, self.total_steps, objective.initial_tau)
@@ -434,7 +469,8 @@ class _Training:
                     train.gather_negatives,
                     diagnostics,
                 )
-                (out.loss / len(batches)).backward()
+                with phase("step.backward"):
+                    (out.loss / len(batches)).backward()
                 outs.append(out)
             if len(outs) == 1:
                 return outs[0]
@@ -443,22 +479,31 @@ class _Training:
 
         out = backward(diagnostics=True)
         if self.sam is not None:
-            self.sam.ascend()
-            backward()
-            self.sam.restore()
-        grad_norm = clip_gradients(self.params, train.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.recorder.record(
-            t,
-            {"loss": out.loss, "grad_norm": grad_norm, **out.stats},
-            epoch=t / self.updates_per_epoch,
-            lr=lr,
-            tau=tau,
-        )
+            with phase("step.sam"):
+                self.sam.ascend()
+                backward()
+                self.sam.restore()
+        with phase("step.clip"):
+            grad_norm = clip_gradients(self.params, train.max_grad_norm)
+        with phase("step.optimizer"):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        with phase("step.scheduler"):
+            self.scheduler.step()
+        with phase("step.record"):
+            self.recorder.record(
+                t,
+                {"loss": out.loss, "grad_norm": grad_norm, **out.stats},
+                epoch=t / self.updates_per_epoch,
+                lr=lr,
+                tau=tau,
+            )
 
     def _flush(self, bar: tqdm) -> None:
+        with phase("step.logging"):
+            self._flush_records(bar)
+
+    def _flush_records(self, bar: tqdm) -> None:
         average = None
         if self.ctx.active and not self.job.train.gather_negatives:
             # Without gathering each rank's loss covers only its own share of the batch.

@@ -9,6 +9,9 @@
   attention) for that forward only; gradients still flow through it.
 - ArcCSE's Table 3 switches: ``view_dropout='first'`` encodes the second view with dropout off
   (its own forward), ``triplet_dropout=True`` keeps dropout on in the triplet branch.
+- ``unpad`` (default on): BERT-family encoders compute only the real tokens
+  (``stages.modeling.unpadded``); other encoders, or ``unpad=False``, run the padded Hugging Face
+  forward with a ready 4-D attention mask in the form their attention implementation expects.
 """
 
 from __future__ import annotations
@@ -20,16 +23,13 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from stages.modeling.pooling import needs_hidden_states, pool
-
-
-def attention_bias(mask: torch.Tensor) -> torch.Tensor:
-    """The (batch, 1, 1, keys) boolean mask that SDPA broadcasts over heads and queries.
-
-    Handing transformers a ready 4-D mask skips its own mask preparation, which inspects the
-    mask's values (``mask.all()``) and so would wait for the GPU at every forward.
-    """
-    return mask[:, None, None, :]
+from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
+from stages.modeling.unpadded import (
+    Packing,
+    attention_bias,
+    packed_forward,
+    unpadding_unsupported,
+)
 
 
 def reset_mlp_head(encoder: PreTrainedModel, seed: int) -> None:
@@ -82,7 +82,12 @@ def enable_gradient_checkpointing(encoder: PreTrainedModel) -> None:
 
 
 class ContrastiveModel(nn.Module):
-    """Maps a batch to (z, z_pos) and, for triplet objectives, (h0, h1, h2)."""
+    """Maps a batch to (z, z_pos) and, for triplet objectives, (h0, h1, h2).
+
+    ``packing``/``triplet_packing`` (optional) describe the masks' real tokens, built on the
+    host (``Packing.from_mask``) so the unpadded forward never waits for the device; without
+    them they are derived from the masks.
+    """
 
     def __init__(
         self,
@@ -90,17 +95,33 @@ class ContrastiveModel(nn.Module):
         pooler: str,
         view_dropout: str = "both",
         triplet_dropout: bool = False,
+        unpad: bool = True,
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.pooler = pooler
         self.view_dropout = view_dropout
         self.triplet_dropout = triplet_dropout
+        self.unpad = unpad
 
-    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    @property
+    def unpadded(self) -> bool:
+        """Whether ``embed`` computes only the real tokens."""
+        return self.unpad and unpadding_unsupported(self.encoder) is None
+
+    def embed(
+        self, ids: torch.Tensor, mask: torch.Tensor, packing: Packing | None = None
+    ) -> torch.Tensor:
+        if self.unpadded:
+            packing = packing or Packing.from_mask(mask)
+            states = packed_forward(
+                self.encoder, ids, mask, packing, keep_first_layer=needs_hidden_states(self.pooler)
+            )
+            return pool_packed(states, packing, self.pooler, getattr(self.encoder, "pooler", None))
+        bias = attention_bias(mask, self.encoder.config._attn_implementation, self.encoder.dtype)
         outputs = self.encoder(
             input_ids=ids,
-            attention_mask=attention_bias(mask),
+            attention_mask=bias,
             output_hidden_states=needs_hidden_states(self.pooler),
         )
         return pool(outputs, mask, self.pooler)
@@ -111,19 +132,25 @@ class ContrastiveModel(nn.Module):
         mask: torch.Tensor,
         triplet_ids: torch.Tensor | None = None,
         triplet_mask: torch.Tensor | None = None,
+        packing: Packing | None = None,
+        triplet_packing: Packing | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None]:
-        z, z_pos = self._views(ids, mask)
+        z, z_pos = self._views(ids, mask, packing)
         triplets = None
         if triplet_ids is not None and triplet_mask is not None:
             with nullcontext() if self.triplet_dropout else dropout_disabled(self.encoder):
-                triplets = tuple(torch.tensor_split(self.embed(triplet_ids, triplet_mask), 3))
+                embedded = self.embed(triplet_ids, triplet_mask, triplet_packing)
+                triplets = tuple(torch.tensor_split(embedded, 3))
         return z, z_pos, triplets
 
-    def _views(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _views(
+        self, ids: torch.Tensor, mask: torch.Tensor, packing: Packing | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.view_dropout == "first":
-            first = self.embed(ids, mask)
+            first = self.embed(ids, mask, packing)
             with dropout_disabled(self.encoder):
-                return first, self.embed(ids, mask)
+                return first, self.embed(ids, mask, packing)
         n = ids.size(0)
-        views = self.embed(torch.cat([ids, ids]), torch.cat([mask, mask]))
+        doubled = packing.repeated(2) if packing is not None else None
+        views = self.embed(torch.cat([ids, ids]), torch.cat([mask, mask]), doubled)
         return views[:n], views[n:]

@@ -25,6 +25,7 @@ from stages.core.run_store import read_log
 from stages.core.temperature_settings import TemperatureSchedule
 from stages.modeling.backbone import load_backbone
 from stages.modeling.checkpoint import read_encoder_info
+from stages.modeling.unpadded import Packing
 from stages.objectives.arccse import ArcCSE
 from stages.objectives.registry import all_loss_classes
 from stages.training.data import pad_rows, read_corpus
@@ -243,10 +244,12 @@ def test_every_objective_takes_a_step_without_host_reads(
     model = ContrastiveModel(load_backbone(TINY, seed=0), "cls").train()
     sentences = ["a man plays a guitar", "the cat sleeps", "stocks fell sharply", "it rains"]
     ids, mask = pad_rows([np.asarray(tokenizer(s)["input_ids"]) for s in sentences], 0)
-    batch = Batch(torch.from_numpy(ids), torch.from_numpy(mask))
+    # The packings are built on the host, as make_batch builds them (unpadded forward).
+    batch = Batch(torch.from_numpy(ids), torch.from_numpy(mask), packing=Packing.from_mask(mask))
     if objective.needs_triplets:
         batch.triplet_ids = batch.ids.repeat(3, 1)
         batch.triplet_mask = batch.mask.repeat(3, 1)
+        batch.triplet_packing = Packing.from_mask(np.tile(mask, (3, 1)))
     cpu = resolve_runtime("cpu", "fp32")
     tau = objective.initial_tau
     with HostReadWatch(monkeypatch) as watch:

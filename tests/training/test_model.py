@@ -6,9 +6,9 @@ from train_helpers import TINY
 from transformers import RobertaConfig, RobertaModel
 
 from stages.modeling.backbone import load_backbone
+from stages.modeling.unpadded import attention_bias
 from stages.training.model import (
     ContrastiveModel,
-    attention_bias,
     dropout_disabled,
     enable_gradient_checkpointing,
     reset_mlp_head,
@@ -23,21 +23,25 @@ def batch(tokenizer, sentences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 SENTENCES = ["a man is playing a guitar .", "the cat sits", "it rains in the south of france today"]
 
 
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
 @pytest.mark.parametrize("family", ["bert", "roberta"])
-def test_ready_4d_mask_gives_the_same_states_as_a_2d_mask(family: str, tokenizer) -> None:
+def test_ready_4d_mask_gives_the_same_states_as_a_2d_mask(
+    family: str, implementation: str, tokenizer
+) -> None:
     torch.manual_seed(0)
     if family == "bert":
-        model = load_backbone(TINY, seed=0).eval()
+        model = load_backbone(TINY, seed=0, attn_implementation=implementation).eval()
     else:
         config = RobertaConfig(
             vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-            num_attention_heads=2, intermediate_size=64, attn_implementation="sdpa",
+            num_attention_heads=2, intermediate_size=64, attn_implementation=implementation,
         )  # fmt: skip
         model = RobertaModel(config).eval()
     ids, mask = batch(tokenizer, SENTENCES)
+    bias = attention_bias(mask, implementation)
     with torch.no_grad():
         reference = model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
-        ours = model(input_ids=ids, attention_mask=attention_bias(mask)).last_hidden_state
+        ours = model(input_ids=ids, attention_mask=bias).last_hidden_state
     keep = mask[..., None].expand_as(reference)
     torch.testing.assert_close(ours[keep], reference[keep], rtol=1e-5, atol=1e-6)
 

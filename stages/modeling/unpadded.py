@@ -1,0 +1,236 @@
+"""The forward pass of a BERT-family encoder over the real tokens only (no padding computed).
+
+A dynamically padded batch of short sentences is about a third padding (wiki1m, 32 tokens), and
+a Hugging Face encoder runs every dense layer over it. Here the token states are gathered once
+per forward into a packed (tokens, hidden) matrix and every token-wise layer (QKV projection,
+attention output projection, feed-forward, LayerNorm, dropout) runs on it; the packed Q, K, V
+are scattered back into the padded layout only for the attention itself, which then runs
+through transformers' own attention function for the model's implementation (SDPA or eager) with
+the padding masked out, and the attention output is gathered again.
+
+The model's own modules and weights do the work (embeddings, ``attention.output``,
+``intermediate``, ``output``, the pooler; Q, K and V as one matrix product with the three
+projections' weights), so checkpoints are unchanged and every state equals the padded forward's
+up to float rounding at the real tokens. Dropout masks are drawn for the packed tokens, so they
+differ from the padded forward's (same distribution, other random numbers).
+
+Supported: BERT, RoBERTa and XLM-RoBERTa encoders (MiniLM checkpoints are BERT) with absolute
+positions and SDPA or eager attention; ``unpadding_unsupported`` says why another model is not
+(the callers then run the padded forward).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+MODEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta"})
+# Attention implementations that take a (batch, 1, 1, keys) mask ready made, and its form.
+MASKED_ATTENTION = frozenset({"sdpa", "eager"})
+
+
+def attention_bias(
+    mask: torch.Tensor, implementation: str, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """The (batch, 1, 1, keys) attention mask as transformers' ``implementation`` expects it.
+
+    SDPA takes a boolean mask (True: attend); eager attention adds the mask to the scores, so it
+    needs an additive float mask (0 to attend, the dtype's minimum for padding). Handing
+    transformers a ready 4-D mask skips its own mask preparation, which inspects the mask's
+    values (``mask.all()``) and so would wait for the GPU at every forward. Other
+    implementations (flash attention, flex attention) take other mask forms and are refused.
+    """
+    if implementation == "sdpa":
+        return mask[:, None, None, :].bool()
+    if implementation == "eager":
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        bias = bias.masked_fill(~mask.bool(), torch.finfo(dtype).min)
+        return bias[:, None, None, :]
+    raise ValueError(
+        f"attention implementation '{implementation}' is not supported; "
+        f"use one of {', '.join(sorted(MASKED_ATTENTION))}"
+    )
+
+
+def unpadding_unsupported(model: nn.Module) -> str | None:
+    """Why ``packed_forward`` cannot run ``model``, or None when it can."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in MODEL_TYPES:
+        return f"model type {model_type!r} is not one of {', '.join(sorted(MODEL_TYPES))}"
+    if config.is_decoder or getattr(config, "add_cross_attention", False):
+        return "a decoder (causal or cross attention)"
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return f"position embeddings '{config.position_embedding_type}'"
+    if config._attn_implementation not in MASKED_ATTENTION:
+        return f"attention implementation '{config._attn_implementation}'"
+    if not hasattr(model, "embeddings") or not hasattr(getattr(model, "encoder", None), "layer"):
+        return f"{type(model).__name__} has no embeddings + encoder.layer"
+    return None
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where the real tokens of a right-padded (batch, length) batch sit.
+
+    ``indices``: the flat positions (row * length + column) of the real tokens, row by row;
+    ``first``: each row's first token in the packed order; ``lengths``: real tokens per row
+    (float, for means). Built on the host from the mask, so using it never waits for the device.
+    """
+
+    indices: torch.Tensor
+    first: torch.Tensor
+    lengths: torch.Tensor
+    batch: int
+    length: int
+
+    @property
+    def tokens(self) -> int:
+        return self.indices.numel()
+
+    @classmethod
+    def from_mask(
+        cls,
+        mask: np.ndarray | torch.Tensor,
+        to_device: Callable[[np.ndarray], torch.Tensor] | None = None,
+    ) -> Packing:
+        """From a host (numpy or CPU tensor) mask; a device tensor is copied to the host first
+        (one wait for the device). ``to_device`` moves the index arrays (default: the mask's
+        device)."""
+        if isinstance(mask, torch.Tensor):
+            device = mask.device
+            mask = mask.detach().cpu().numpy()
+            if to_device is None:
+
+                def to_device(array: np.ndarray) -> torch.Tensor:
+                    return torch.from_numpy(array).to(device, non_blocking=True)
+
+        mask = np.asarray(mask, dtype=bool)
+        if mask.ndim != 2:
+            raise ValueError(f"a (batch, length) mask is needed, not shape {mask.shape}")
+        batch, length = mask.shape
+        lengths = mask.sum(axis=1)
+        if not np.array_equal(mask, np.arange(length) < lengths[:, None]) or (lengths == 0).any():
+            raise ValueError("unpadding needs right padding and at least one token per row")
+        indices = np.flatnonzero(mask)
+        first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        move = to_device or torch.from_numpy
+        return cls(
+            move(indices.astype(np.int64)),
+            move(first.astype(np.int64)),
+            move(lengths.astype(np.float32)),
+            batch,
+            length,
+        )
+
+    def repeated(self, times: int) -> Packing:
+        """The packing of the batch stacked ``times`` times (``torch.cat([x] * times)``),
+        computed on the device without waiting for it."""
+        if times == 1:
+            return self
+        cells, tokens = self.batch * self.length, self.tokens
+        return Packing(
+            torch.cat([self.indices + i * cells for i in range(times)]),
+            torch.cat([self.first + i * tokens for i in range(times)]),
+            self.lengths.repeat(times),
+            self.batch * times,
+            self.length,
+        )
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """(batch, length, ...) -> (tokens, ...)."""
+        return padded.reshape(self.batch * self.length, *padded.shape[2:]).index_select(
+            0, self.indices
+        )
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """(tokens, ...) -> (batch, length, ...), zeros at the padding."""
+        shape = (self.batch * self.length, *packed.shape[1:])
+        padded = packed.new_zeros(shape).index_copy_(0, self.indices, packed)
+        return padded.view(self.batch, self.length, *packed.shape[1:])
+
+
+@dataclass
+class PackedStates:
+    """The packed outputs: the last layer's token states and, if asked, the first layer's."""
+
+    last: torch.Tensor
+    first_layer: torch.Tensor | None
+
+
+def packed_forward(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    packing: Packing,
+    *,
+    token_type_ids: torch.Tensor | None = None,
+    keep_first_layer: bool = False,
+) -> PackedStates:
+    """The encoder's token states at the real tokens (see the module docstring)."""
+    reason = unpadding_unsupported(model)
+    if reason is not None:
+        raise ValueError(f"cannot unpad {type(model).__name__}: {reason}")
+    embedded = model.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+    bias = attention_bias(mask, model.config._attn_implementation, embedded.dtype)
+    states = packing.pack(embedded)
+    first_layer = None
+    for i, layer in enumerate(model.encoder.layer):
+        if getattr(layer, "gradient_checkpointing", False) and layer.training:
+            states = checkpoint(_packed_layer, layer, states, bias, packing, use_reentrant=False)
+        else:
+            states = _packed_layer(layer, states, bias, packing)
+        if i == 0 and keep_first_layer:
+            first_layer = states
+    return PackedStates(states, first_layer)
+
+
+def _qkv(attention: nn.Module, states: torch.Tensor) -> torch.Tensor:
+    """(tokens, 3 * hidden): Q, K and V in one matrix product when the projections are plain
+    Linear layers (else through the modules, e.g. adapters)."""
+    projections = (attention.query, attention.key, attention.value)
+    if all(type(p) is nn.Linear and p.bias is not None for p in projections):
+        weight = torch.cat([p.weight for p in projections])
+        bias = torch.cat([p.bias for p in projections])
+        return F.linear(states, weight, bias)
+    return torch.cat([p(states) for p in projections], dim=-1)
+
+
+def _attention_function(attention: nn.Module) -> Callable[..., tuple[torch.Tensor, object]]:
+    implementation = attention.config._attn_implementation
+    eager = getattr(inspect.getmodule(type(attention)), "eager_attention_forward", None)
+    if implementation == "eager":
+        if eager is None:
+            raise ValueError(f"{type(attention).__name__}: no eager attention function")
+        return eager
+    return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+def _packed_layer(
+    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+) -> torch.Tensor:
+    attention = layer.attention.self
+    heads, head_size = attention.num_attention_heads, attention.attention_head_size
+    qkv = packing.unpack(_qkv(attention, states))  # (batch, length, 3 * hidden)
+    q, k, v = qkv.view(packing.batch, packing.length, 3, heads, head_size).permute(2, 0, 3, 1, 4)
+    context, _ = _attention_function(attention)(
+        attention,
+        q,
+        k,
+        v,
+        bias,
+        dropout=attention.dropout.p if attention.training else 0.0,
+        scaling=attention.scaling,
+    )  # (batch, length, heads, head_size)
+    context = packing.pack(context.reshape(packing.batch, packing.length, heads * head_size))
+    attended = layer.attention.output(context, states)
+    return layer.output(layer.intermediate(attended), attended)

@@ -1,0 +1,287 @@
+"""The unpadded forward (stages/modeling/unpadded.py) against the padded Hugging Face forward."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from train_helpers import TINY
+from transformers import RobertaConfig, RobertaModel
+
+from stages.core.params import POOLERS
+from stages.modeling.backbone import load_backbone
+from stages.modeling.encoder import embed
+from stages.modeling.pooling import pool
+from stages.modeling.unpadded import Packing, attention_bias, unpadding_unsupported
+from stages.training.model import ContrastiveModel
+
+SENTENCES = [
+    "a man is playing a guitar .",
+    "the cat sits",
+    "it rains in the south of france today , and tomorrow it will rain again",
+    "ok",
+]
+
+
+def encoder(family: str, tokenizer, implementation: str = "sdpa", dropout: float = 0.0):
+    if family == "bert":
+        return load_backbone(TINY, seed=0, dropout=dropout, attn_implementation=implementation)
+    torch.manual_seed(0)
+    config = RobertaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout, pad_token_id=tokenizer.pad_token_id,
+        attn_implementation=implementation,
+    )  # fmt: skip
+    return RobertaModel(config, add_pooling_layer=True)
+
+
+def padded_batch(tokenizer, sentences=SENTENCES) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(sentences, padding=True, return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"].bool()
+
+
+def reference(model, ids: torch.Tensor, mask: torch.Tensor, pooler: str) -> torch.Tensor:
+    """The plain Hugging Face forward with its own mask handling (2-D mask), then pooling."""
+    outputs = model(
+        input_ids=ids, attention_mask=mask.long(), output_hidden_states=pooler == "first_last_mean"
+    )
+    return pool(outputs, mask, pooler)
+
+
+def output_and_grads(
+    model, embed_fn, seed: int = 0
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    out = embed_fn()
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    (out * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.detach(), grads
+
+
+def assert_same(a, b, atol: float = 1e-5) -> None:
+    out_a, grads_a = a
+    out_b, grads_b = b
+    torch.testing.assert_close(out_a, out_b, rtol=1e-5, atol=atol)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-5, atol=atol, msg=name)
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
+    pooler: str, family: str, implementation: str, tokenizer
+) -> None:
+    model = encoder(family, tokenizer, implementation)
+    ids, mask = padded_batch(tokenizer)
+    assert mask.sum() < mask.numel()  # the batch has padding
+    contrastive = ContrastiveModel(model, pooler)
+    assert contrastive.unpadded
+    padded = output_and_grads(model, lambda: reference(model, ids, mask, pooler))
+    unpadded = output_and_grads(model, lambda: contrastive.embed(ids, mask))
+    assert_same(unpadded, padded)
+
+
+class DropoutReplay:
+    """``F.dropout`` whose k-th call draws its mask from seed k in the padded layout: a packed
+    (tokens, hidden) input gets the real tokens' rows of the (batch, length, hidden) mask. The
+    padded and the unpadded forward call dropout in the same order (embeddings, then per layer
+    attention probabilities under eager attention, attention output, feed-forward output), so
+    both see the same masks at the real tokens. It draws nothing from the global generator, so
+    SDPA's internal attention dropout also sees the same random numbers in both forwards."""
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        self.mask = mask
+        self.calls = 0
+
+    def __call__(self, x, p=0.5, training=True, inplace=False):
+        if not training or p == 0:
+            return x
+        generator = torch.Generator().manual_seed(1000 + self.calls)
+        self.calls += 1
+        packed = x.dim() == 2 and x.shape[0] == int(self.mask.sum())
+        shape = (*self.mask.shape, x.shape[-1]) if packed else x.shape
+        keep = torch.rand(shape, generator=generator) >= p
+        if packed:
+            keep = keep[self.mask]
+        return x * keep / (1 - p)
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_with_the_same_dropout_masks_training_outputs_and_gradients_are_equal(
+    pooler: str, implementation: str, tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = encoder("bert", tokenizer, implementation, dropout=0.1).train()
+    ids, mask = padded_batch(tokenizer)
+    contrastive = ContrastiveModel(model, pooler)
+    runs = []
+    for run in (lambda: reference(model, ids, mask, pooler), lambda: contrastive.embed(ids, mask)):
+        replay = DropoutReplay(mask)
+        monkeypatch.setattr(F, "dropout", replay)
+        runs.append(output_and_grads(model, run, seed=5))
+        assert replay.calls == 1 + (3 if implementation == "eager" else 2) * 2
+    assert_same(runs[1], runs[0])
+    monkeypatch.undo()
+    # Without the replay, dropout is on: two forwards differ.
+    first, again = contrastive.embed(ids, mask), contrastive.embed(ids, mask)
+    assert not torch.allclose(first, again)
+
+
+def test_dropout_statistics_of_the_unpadded_forward_match_the_padded_one(tokenizer) -> None:
+    """With its own random numbers, the unpadded forward's dropout noise has the padded one's
+    size: the spread of [CLS] over many draws agrees within sampling error."""
+    model = encoder("bert", tokenizer, "sdpa", dropout=0.1).train()
+    ids, mask = padded_batch(tokenizer)
+    contrastive = ContrastiveModel(model, "cls_before_pooler")
+    spreads = []
+    with torch.no_grad():
+        for run in (
+            lambda: reference(model, ids, mask, "cls_before_pooler"),
+            lambda: contrastive.embed(ids, mask),
+        ):
+            torch.manual_seed(0)
+            draws = torch.stack([run() for _ in range(100)])
+            spreads.append(draws.std(dim=0).mean())
+    assert abs(spreads[1] / spreads[0] - 1) < 0.1
+
+
+def test_the_two_views_and_the_triplet_branch_match_the_padded_model(tokenizer) -> None:
+    model = encoder("bert", tokenizer, dropout=0.1)
+    ids, mask = padded_batch(tokenizer)
+    t_ids, t_mask = padded_batch(tokenizer, SENTENCES[:3] * 3)
+    results = []
+    for unpad in (False, True):
+        contrastive = ContrastiveModel(model, "cls", unpad=unpad).eval()  # dropout off
+        packing = Packing.from_mask(mask.numpy()) if unpad else None
+        t_packing = Packing.from_mask(t_mask.numpy()) if unpad else None
+
+        def run(contrastive=contrastive, packing=packing, t_packing=t_packing):
+            z, z_pos, triplets = contrastive(ids, mask, t_ids, t_mask, packing, t_packing)
+            return torch.cat([z, z_pos, *triplets])
+
+        results.append(output_and_grads(model, run))
+    assert_same(results[1], results[0])
+
+
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_the_evaluation_encoder_unpads_and_gives_the_padded_embeddings(pooler: str, tokenizer):
+    model = encoder("bert", tokenizer).eval()
+    sentences = SENTENCES * 3 + ["another sentence of medium length here"]
+    padded = embed(model, tokenizer, sentences, pooler, batch_size=4, unpad=False)
+    unpadded = embed(model, tokenizer, sentences, pooler, batch_size=4)
+    np.testing.assert_allclose(unpadded, padded, rtol=1e-5, atol=1e-6)
+
+
+def test_the_evaluation_encoder_runs_the_unpadded_forward(tokenizer, monkeypatch) -> None:
+    import stages.modeling.encoder as encoder_module
+
+    calls = []
+    original = encoder_module.packed_forward
+    monkeypatch.setattr(
+        encoder_module, "packed_forward", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
+    embed(encoder("bert", tokenizer).eval(), tokenizer, SENTENCES, "mean", batch_size=2)
+    assert len(calls) == 2
+    embed(encoder("bert", tokenizer).eval(), tokenizer, SENTENCES, "mean", unpad=False)
+    assert len(calls) == 2
+
+
+def test_packing_of_a_right_padded_mask() -> None:
+    mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=bool)
+    packing = Packing.from_mask(mask)
+    assert packing.indices.tolist() == [0, 1, 2, 3, 6, 7]
+    assert packing.first.tolist() == [0, 3, 4] and packing.lengths.tolist() == [3, 1, 2]
+    doubled = packing.repeated(2)
+    assert doubled.indices.tolist() == [0, 1, 2, 3, 6, 7, 9, 10, 11, 12, 15, 16]
+    assert doubled.first.tolist() == [0, 3, 4, 6, 9, 10] and doubled.batch == 6
+    states = torch.arange(6.0)[:, None]
+    assert packing.unpack(states)[:, :, 0].tolist() == [[0, 1, 2], [3, 0, 0], [4, 5, 0]]
+    torch.testing.assert_close(packing.pack(packing.unpack(states)), states)
+    with pytest.raises(ValueError, match="right padding"):
+        Packing.from_mask(np.array([[0, 1], [1, 1]], dtype=bool))
+
+
+def test_models_outside_the_bert_family_are_not_unpadded(tokenizer) -> None:
+    model = encoder("bert", tokenizer)
+    assert unpadding_unsupported(model) is None
+    model.config._attn_implementation = "flash_attention_2"
+    assert "flash_attention_2" in unpadding_unsupported(model)
+    assert not ContrastiveModel(model, "cls").unpadded
+    model.config._attn_implementation = "sdpa"
+    model.config.model_type = "distilbert"
+    assert "distilbert" in unpadding_unsupported(model)
+
+
+# --- issue 16 item 4: the ready 4-D mask under every attention implementation ----------------
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_padded_forward_gives_the_same_states_under_eager_and_sdpa(family: str, tokenizer):
+    ids, mask = padded_batch(tokenizer)
+    outputs = {}
+    for implementation in ("sdpa", "eager"):
+        model = encoder(family, tokenizer, implementation).eval()
+        contrastive = ContrastiveModel(model, "cls_before_pooler", unpad=False)
+        with torch.no_grad():
+            outputs[implementation] = contrastive.embed(ids, mask)
+            two_d = model(input_ids=ids, attention_mask=mask.long()).last_hidden_state[:, 0]
+        torch.testing.assert_close(outputs[implementation], two_d, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(outputs["eager"], outputs["sdpa"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_boolean_mask_under_eager_attention_would_attend_to_padding(tokenizer) -> None:
+    """Why eager needs the additive mask: the boolean one is added as 0/1, padding attended."""
+    model = encoder("bert", tokenizer, "eager").eval()
+    ids, mask = padded_batch(tokenizer)
+    with torch.no_grad():
+        right = model(input_ids=ids, attention_mask=attention_bias(mask, "eager"))
+        wrong = model(input_ids=ids, attention_mask=mask[:, None, None, :])
+    assert not torch.allclose(right.last_hidden_state[:, 0], wrong.last_hidden_state[:, 0])
+
+
+def test_other_attention_implementations_are_refused_by_name() -> None:
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    assert attention_bias(mask, "sdpa").dtype == torch.bool
+    bias = attention_bias(torch.tensor([[True, False]]), "eager", torch.bfloat16)
+    assert bias.shape == (1, 1, 1, 2) and bias.dtype == torch.bfloat16
+    assert bias[0, 0, 0].tolist() == [0.0, torch.finfo(torch.bfloat16).min]
+    with pytest.raises(ValueError, match="flash_attention_2"):
+        attention_bias(mask, "flash_attention_2")
+
+
+def test_training_unpadded_or_padded_gives_the_same_run_without_dropout(
+    corpus, token_cache, dev_evaluator, tmp_path
+) -> None:
+    """train.unpad switches the forward; with dropout off (the only random numbers the two
+    forwards use differently) the losses, scores and weights agree up to float rounding."""
+    from train_helpers import make_job, model_weights
+
+    from stages.core.run_store import read_log
+    from stages.training.loop import train
+
+    runs = {}
+    for unpad in (True, False):
+        out = tmp_path / f"unpad-{unpad}"
+        job = make_job(
+            corpus, out, token_cache, dropout=0.0, unpad=unpad, max_steps=4, eval_steps=4
+        )
+        metrics = train(job, dev_evaluator)
+        execution = json.loads((out / "config.json").read_text())["execution"]
+        assert execution["unpadded"] is unpad
+        losses = [r["loss"] for r in read_log(out / "log.jsonl") if r["event"] == "train"]
+        runs[unpad] = (losses, metrics["best"]["spearman"], model_weights(out / "final"))
+    (losses, spearman, weights), (padded_losses, padded_spearman, padded_weights) = runs.values()
+    np.testing.assert_allclose(losses, padded_losses, rtol=1e-5)
+    assert abs(spearman - padded_spearman) < 1e-3
+    # AdamW's update is ~lr for any gradient, so a rounding difference in a near-zero gradient
+    # entry can move a weight by up to lr (3e-5) per step: compare to a few steps' worth.
+    for key in weights:
+        torch.testing.assert_close(weights[key], padded_weights[key], rtol=0, atol=1e-4)
