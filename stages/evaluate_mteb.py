@@ -29,7 +29,7 @@ from stages.core.atomic import write_json
 from stages.core.data_check import verify_workspace_data
 from stages.core.environment import software
 from stages.core.errors import StageError
-from stages.core.mteb_task_sets import TASK_SETS
+from stages.core.mteb_task_sets import TASK_SETS, task_names
 from stages.core.params import DEFAULT_PARAMS, POOLERS, MtebParams, Params, load_params
 from stages.core.run_store import reuse_evaluation, store_evaluation
 from stages.core.runs import plan_runs
@@ -113,7 +113,7 @@ def evaluate_encoder(
     """The MTEB results of ``encoder`` under ``settings`` (expected failures: StageError); with
     ``native_dir``, also in mteb's own results layout there (``native_results.py``)."""
     from stages.mteb_protocol.evaluate import LocalData, NoTaskEvaluated, evaluate_mteb
-    from stages.mteb_protocol.local_data import LocalDataError
+    from stages.mteb_protocol.local_data import LocalDataError, local_paths, local_tasks
     from stages.mteb_protocol.model import MtebEncoder
     from stages.mteb_protocol.native_results import write_native_results
 
@@ -123,7 +123,14 @@ def evaluate_encoder(
         else None
     )
     if local is not None:
-        verify_workspace_data(local.sts_raw_dir, local.senteval_dir)
+        fed = [t for t in task_names(settings.tasks) if t in local_tasks(local.source)]
+        verify_workspace_data(
+            *(
+                p
+                for t in fed
+                for p in local_paths(t, local.source, local.sts_raw_dir, local.senteval_dir)
+            )
+        )
     model = MtebEncoder(encoder, label, normalize=settings.normalize)
     try:
         results = evaluate_mteb(

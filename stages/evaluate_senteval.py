@@ -36,7 +36,7 @@ from stages.modeling.encoder import EncoderError, SentenceEncoder
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.embeddings import EncoderOutputError
 from stages.senteval_protocol.evaluate import evaluate
-from stages.senteval_protocol.loaders import TASKS, DataFormatError, downstream_dir
+from stages.senteval_protocol.loaders import TASK_FOLDERS, TASKS, DataFormatError, downstream_dir
 
 DEFAULT_CACHE = layout.embedding_cache_dir()
 
@@ -102,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         downstream_dir(data_dir)
     except DataFormatError as err:
         raise StageError(str(err)) from None
-    verify_workspace_data(Path(data_dir))
+    downstream = Path(data_dir) / "downstream"
+    verify_workspace_data(*(downstream / TASK_FOLDERS[task] for task in settings.tasks))
     # the matrix's own evaluation (no command-line overrides) is stored under its id
     as_planned = args.experiment and not any(
         (args.tasks, args.mode, args.batch_size, args.data_dir, args.output, args.no_cache)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -32,7 +31,7 @@ from stages.core.params import Params, load_params
 from stages.core.run_lock import run_lock
 from stages.core.run_store import LOG_FILE, METRICS_FILE, is_complete, read_config, read_log
 from stages.core.runs import STSB_DEV, Run, plan_runs
-from stages.core.shared_store import SharedStore, read_origin, store_url, write_origin
+from stages.core.shared_store import SharedStore, read_origin, store_url
 
 
 def pointer(run: Run) -> dict[str, Any]:
@@ -135,7 +134,6 @@ def obtain(
             store.fetch(run.run_id, run.run_dir)
             return
         train_run(run, params)
-        write_origin(run.run_dir, {"origin": "trained", "host": socket.gethostname()})
         if store is not None:
             store.publish(run.run_id, run.run_dir, run.name)
 

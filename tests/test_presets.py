@@ -12,8 +12,9 @@ import polars as pl
 import pytest
 import yaml
 
-from stages.core import jobs as pipeline
+from stages import pipeline
 from stages.core.estimates import dry_run, format_dry_run
+from stages.core.jobs import build_jobs
 from stages.core.params import Params, ResolvedMethod, load_params
 from stages.core.runs import plan_runs
 from stages.reference import published
@@ -51,20 +52,23 @@ def ablations() -> dict[str, Params]:
 
 
 SMOKE = "presets/smoke.yaml"  # not a paper's: every objective family on a tiny model, on CPU
+SMOKE_SWEEP = "presets/smoke_arccse_margin.yaml"  # ArcCSE's margin as a grid, on the same model
 
 
 def test_every_preset_file_is_listed() -> None:
     assert sorted(p.name for p in (REPO / "presets").glob("*.yaml")) == sorted(
-        Path(p).name for p in [*PRESETS.values(), *ABLATIONS.values(), SMOKE]
+        Path(p).name for p in [*PRESETS.values(), *ABLATIONS.values(), SMOKE, SMOKE_SWEEP]
     )
 
 
-@pytest.mark.parametrize("path", ["params.yaml", *PRESETS.values(), *ABLATIONS.values(), SMOKE])
+@pytest.mark.parametrize(
+    "path", ["params.yaml", *PRESETS.values(), *ABLATIONS.values(), SMOKE, SMOKE_SWEEP]
+)
 def test_every_key_dvc_tracks_is_spelled_out(path: str) -> None:
     """DVC reads tracked params from the file itself, so a key left to its schema default
     would stop `dvc repro` ("Parameters ... are missing")."""
     raw = yaml.safe_load((REPO / path).read_text())
-    for job in pipeline.build_jobs(load_params(REPO / path), path):
+    for job in build_jobs(load_params(REPO / path), path):
         for key in job.params:
             node = raw
             for part in key.split("."):

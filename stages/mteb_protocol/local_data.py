@@ -91,6 +91,18 @@ def local_root(task: str, source: LocalSource, sts_raw_dir: Path, senteval_dir: 
     return root / _SEMEVAL_FOLDERS[source][task][0]
 
 
+def local_paths(
+    task: str, source: LocalSource, sts_raw_dir: Path, senteval_dir: Path
+) -> list[Path]:
+    """The files (or folder) a local task reads: what the stage verifies before it starts."""
+    root = local_root(task, source, sts_raw_dir, senteval_dir)
+    if task == "STSBenchmark":
+        return [sts_raw_dir / STSB_TEST]
+    if task == "SICK-R":
+        return [root / name for name in SICK_FILES]
+    return [root]
+
+
 def load_local_pairs(
     task: str, source: LocalSource, sts_raw_dir: str | Path, senteval_dir: str | Path
 ) -> LocalPairs | None:

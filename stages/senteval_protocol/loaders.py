@@ -31,6 +31,14 @@ STS_YEARS = {
 # SentEval scores train, dev and test of these two; SimCSE reports the test Spearman. We score dev
 # and test (dev is STS-B's model-selection split and feeds alignment/uniformity).
 STS_SPLIT_TASKS = ("STSBenchmark", "SICKRelatedness")
+# The folder under downstream/ each task reads (what the data check verifies before a run).
+TASK_FOLDERS = {
+    **{f"STS1{y}": f"STS/STS1{y}-en-test" for y in range(2, 7)},
+    "STSBenchmark": "STS/STSBenchmark",
+    "SICKRelatedness": "SICK",
+    "SST2": "SST/binary",
+    **{name: name for name in ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC")},
+}
 STS_TASKS = (*STS_YEARS, *STS_SPLIT_TASKS)
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 TASKS = STS_TASKS + TRANSFER_TASKS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from pathlib import Path
 
 from stages.core import layout
@@ -12,6 +13,7 @@ from stages.core.errors import StageError
 from stages.core.params import Params
 from stages.core.run_store import METRICS_FILE, is_complete
 from stages.core.runs import Run
+from stages.core.shared_store import write_origin
 from stages.objectives.registry import build_objective
 from stages.senteval_protocol.dev import StsbDevEvaluation
 from stages.senteval_protocol.loaders import DataFormatError
@@ -79,6 +81,7 @@ def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
             ) from err
     if ctx.is_main:
         remove_checkpoints(partial)
+        write_origin(partial, {"origin": "trained", "host": socket.gethostname()})
         if final.exists():  # an unfinished leftover
             shutil.rmtree(final)
         os.replace(partial, final)

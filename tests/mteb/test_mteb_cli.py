@@ -17,6 +17,9 @@ from stages.modeling.encoder import SentenceEncoder
 PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 
 
+OWN_STS = "own_sts_raw"
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, minilm_path: str) -> Path:
     return save_tiny_bert(tmp_path_factory.mktemp("tiny") / "model", minilm_path)
@@ -24,8 +27,9 @@ def tiny(tmp_path_factory, minilm_path: str) -> Path:
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch) -> Path:
-    """A working directory without params.yaml: the schema's defaults (data/sts_raw, cache/mteb)."""
-    write_stsb(tmp_path / "data" / "sts_raw", n=30)
+    """A working directory without params.yaml (the schema's defaults: cache/mteb) and a small
+    STS-B of its own outside data/ (workspace data must match the manifest)."""
+    write_stsb(tmp_path / OWN_STS, n=30)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -33,7 +37,7 @@ def project(tmp_path: Path, monkeypatch) -> Path:
 def test_writes_results_and_keeps_mtebs_files(tiny: Path, project: Path, capsys) -> None:
     out = project / "out" / "mteb.json"
     argv = ["--model", str(tiny), "--pooler", "mean", "--tasks", "STSBenchmark", "BIOSSES"]
-    main([*argv, "--name", "tiny-run", "--output", str(out)])
+    main([*argv, "--name", "tiny-run", "--output", str(out), "--sts-raw-dir", OWN_STS])
     results = json.loads(out.read_text())
     assert results["evaluated"] == ["STSBenchmark"] and list(results["skipped"]) == ["BIOSSES"]
     assert results["tasks"]["STSBenchmark"]["data"] == "local:senteval"
@@ -49,7 +53,7 @@ def test_writes_results_and_keeps_mtebs_files(tiny: Path, project: Path, capsys)
 def test_minilm_truncates_at_its_declared_256_tokens(project: Path, minilm_path: str) -> None:
     out = project / "minilm.json"
     main(["--model", minilm_path, "--pooler", "mean", "--tasks", "STSBenchmark",
-          "--normalize", "--output", str(out)])  # fmt: skip
+          "--normalize", "--output", str(out), "--sts-raw-dir", OWN_STS])  # fmt: skip
     encoder = json.loads(out.read_text())["encoder"]
     assert (encoder["max_length"], encoder["normalize"]) == (256, True)
 
@@ -58,7 +62,16 @@ def test_failures_exit_2_with_one_line_and_no_output(
     tiny: Path, project: Path, monkeypatch, capsys
 ) -> None:
     out = project / "results.json"
-    model = ["--model", str(tiny), "--pooler", "mean", "--output", str(out)]
+    model = [
+        "--model",
+        str(tiny),
+        "--pooler",
+        "mean",
+        "--output",
+        str(out),
+        "--sts-raw-dir",
+        OWN_STS,
+    ]
     cases = [
         ([*model, "--tasks", "BIOSSES"], "no MTEB task could be evaluated"),
         ([*model, "--tasks", "NoSuchTask"], "not in mteb's task registry: NoSuchTask"),
@@ -88,7 +101,9 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
     monkeypatch.setattr("stages.evaluate_mteb.encoder_for", encoder_for)
-    main(["--experiment", "simcse-bert-base-42", "--tasks", "STSBenchmark"])
+    main(
+        ["--experiment", "simcse-bert-base-42", "--tasks", "STSBenchmark", "--sts-raw-dir", OWN_STS]
+    )
     assert calls == [("simcse-bert-base-42", "sts", 128)]
     results = json.loads((project / "experiments/simcse-bert-base-42/mteb.json").read_text())
     assert results["encoder"]["mteb_name"] == "cse-repro/simcse-bert-base-42"

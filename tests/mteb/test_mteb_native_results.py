@@ -20,11 +20,11 @@ def tiny(tmp_path_factory, minilm_path: str) -> Path:
 def test_results_in_mtebs_layout_load_with_mtebs_result_cache(
     tiny: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    write_stsb(tmp_path / "data" / "sts_raw", n=30)
+    write_stsb(tmp_path / "own_sts_raw", n=30)  # outside data/: not the manifest's
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "experiments" / "tiny-run" / "mteb.json"
     argv = ["--model", str(tiny), "--pooler", "mean", "--tasks", "STSBenchmark"]
-    main([*argv, "--name", "tiny-run", "--output", str(out)])
+    main([*argv, "--name", "tiny-run", "--output", str(out), "--sts-raw-dir", "own_sts_raw"])
     results = json.loads(out.read_text())
     native = out.parent / "mteb_results"
     revision = results["encoder"]["mteb_revision"]

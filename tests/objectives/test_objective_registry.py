@@ -83,7 +83,7 @@ def test_hyperparameters_and_switches_are_read():
         ),
         (
             {"name": "arccon", "margin_deg": 200},
-            "objective.margin_deg: Input should be less than 180",
+            "objective.margin_deg: Input should be less than 90",
         ),
         (
             {"name": "simace", "margin_deg": 120},

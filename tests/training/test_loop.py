@@ -278,13 +278,19 @@ def test_dev_evaluation_of_a_bf16_run_encodes_in_fp32_by_default(
 ) -> None:
     seen: list[torch.dtype] = []
 
+    linear = torch.nn.functional.linear  # every dense layer, padded or unpadded forward
+
+    def recording(*args, **kwargs):
+        out = linear(*args, **kwargs)
+        seen.append(out.dtype)
+        return out
+
     def watching(encode):
-        linear = next(m for m in encode.model.encoder.modules() if isinstance(m, torch.nn.Linear))
-        hook = linear.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+        torch.nn.functional.linear = recording
         try:
             return dev_evaluator(encode)
         finally:
-            hook.remove()
+            torch.nn.functional.linear = linear
 
     out = tmp_path / "run"
     job = make_job(

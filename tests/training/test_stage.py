@@ -71,7 +71,7 @@ def test_stage_trains_into_runs_and_writes_the_pointer(finished: Path) -> None:
     rid = run_id(finished)
     folder = finished / "runs" / rid
     assert sorted(p.name for p in folder.iterdir()) == [
-        "best", "config.json", "final", "log.jsonl", "metrics.json",
+        "best", "config.json", "final", "log.jsonl", "metrics.json", "origin.json",
     ]  # fmt: skip
     assert not (finished / "runs" / f"{rid}.partial").exists()
     config = json.loads((folder / "config.json").read_text())
