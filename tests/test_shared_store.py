@@ -247,3 +247,57 @@ def test_two_workspaces_and_a_queued_experiment_train_each_run_once(
        shared_data)  # fmt: skip
     [new_id] = stored - {run_id}
     assert read_origin(by_snakemake / "runs" / new_id)["origin"] == "fetched"
+
+
+def complete_run(folder: Path, experiment: str) -> None:
+    """A run folder with every file a complete run has (contents irrelevant to the store)."""
+    for rel in RUN_FILES:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(f"{rel} of {folder.name}")
+    (folder / "config.json").write_text(json.dumps({"experiment": experiment}))
+
+
+def test_the_runs_commands_list_push_pull_verify_and_gc(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from stages import runs
+    from stages.core.params import load_params
+    from stages.core.runs import plan_runs
+
+    store = tmp_path / "store"
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "params.yaml").write_text(yaml.safe_dump(TINY))
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("CSE_STORE_URL", str(store))
+    planned = plan_runs(load_params("params.yaml"))[EXPERIMENT]
+    complete_run(Path(planned.run_dir), EXPERIMENT)
+    complete_run(root / "runs" / ("f" * 16), "an.old.experiment")
+
+    runs.main(["push"])
+    assert f"published {planned.run_id} ({EXPERIMENT})" in capsys.readouterr().out
+    runs.main(["list"])
+    listed = capsys.readouterr().out
+    assert planned.run_id in listed and "f" * 16 in listed and "local" in listed
+
+    runs.main(["verify"])
+    assert "2 runs checked, 0 problem(s)" in capsys.readouterr().out
+    (store / planned.run_id / "metrics.json").write_text("damaged")
+    with pytest.raises(SystemExit):
+        runs.main(["verify"])
+    assert f"{planned.run_id}/metrics.json: sha256 differs" in capsys.readouterr().out
+    (store / planned.run_id / "metrics.json").write_text(f"metrics.json of {planned.run_id}")
+
+    import shutil
+
+    shutil.rmtree(planned.run_dir)
+    runs.main(["pull", EXPERIMENT])
+    assert f"fetched {planned.run_id}" in capsys.readouterr().out
+    assert read_origin(Path(planned.run_dir))["origin"] == "fetched"
+
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    runs.main(["gc", "--keep", "params.yaml"])
+    assert "kept" in capsys.readouterr().out and (store / ("f" * 16)).is_dir()
+    runs.main(["gc", "--keep", "params.yaml", "--yes"])
+    assert "deleted 1 run(s)" in capsys.readouterr().out
+    assert not (store / ("f" * 16)).exists() and (store / planned.run_id / MANIFEST).is_file()
