@@ -122,3 +122,10 @@ def assert_same_run(root: Path, reference: Path, *, resumes: int | None = None) 
     assert [r["step"] for r in log if r["event"] == "eval"] == EVALS
     if resumes is not None:
         assert [r["event"] for r in log].count("resume") == resumes
+
+
+def no_finished_outputs(root: Path) -> bool:
+    """No pointer, curve or result file under experiments/ (the live metrics a run streams
+    while it trains, experiments/<name>/live/, are no finished output)."""
+    names = {"train.json", "train_steps.csv", "dev_evals.csv", "senteval.json", "mteb.json"}
+    return not any(p.name in names for p in (root / "experiments").rglob("*"))

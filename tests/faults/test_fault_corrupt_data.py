@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fault_helpers import CORPUS_FILE, EXPERIMENT, STSB_DEV, make_workspace, params, run_id
+from fault_helpers import (
+    CORPUS_FILE,
+    EXPERIMENT,
+    STSB_DEV,
+    make_workspace,
+    no_finished_outputs,
+    params,
+    run_id,
+)
 
 import stages.download as download
 import stages.evaluate_senteval as senteval_stage
@@ -84,7 +92,7 @@ def assert_nothing_trained(root: Path) -> None:
     rid = run_id(root)
     assert not (root / "runs" / rid).exists() and not (root / "runs" / f"{rid}.partial").exists()
     assert not (root / "runs" / f"{rid}.lock").exists()
-    assert not (root / "experiments").exists()  # no pointer, no curves
+    assert no_finished_outputs(root)  # no pointer, no curves, no results
 
 
 @pytest.mark.parametrize(

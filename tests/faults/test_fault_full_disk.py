@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from fault_helpers import CHECKPOINTS, EXPERIMENT, assert_same_run, make_workspace, run_id
+from fault_helpers import (
+    CHECKPOINTS,
+    EXPERIMENT,
+    assert_same_run,
+    make_workspace,
+    no_finished_outputs,
+    run_id,
+)
 
 import stages.train as train_stage
 from stages.core.errors import StageError
@@ -59,7 +66,7 @@ def test_full_disk_while_checkpointing_keeps_the_previous_one_and_resumes(
     assert state["step"] == CHECKPOINTS[0]
     assert not (root / "runs" / run_id(root)).exists()
     assert not (root / "runs" / f"{run_id(root)}.lock").exists()
-    assert not (root / "experiments").exists()
+    assert no_finished_outputs(root)  # no pointer, no curves, no results
 
     monkeypatch.setattr(torch, "save", save)  # space freed
     train_stage.main([EXPERIMENT])

@@ -18,6 +18,7 @@ from fault_helpers import (
     killed,
     load_json,
     make_workspace,
+    no_finished_outputs,
     run_id,
 )
 
@@ -51,7 +52,7 @@ def test_training_killed_resumes_to_the_uninterrupted_run(
 
     partial = root / "runs" / f"{rid}.partial"
     assert not (root / "runs" / rid).exists()  # never visible as finished
-    assert not (root / "experiments").exists()  # no pointer, no curves
+    assert no_finished_outputs(root)  # no pointer, no curves, no results
     assert (root / "runs" / f"{rid}.lock").is_file()  # left by the dead trainer
     checkpoints = sorted(p.name for p in partial.glob("checkpoint-*"))
     events = [(r["event"], r["step"]) for r in read_log(partial / "log.jsonl")]

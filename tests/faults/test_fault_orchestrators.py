@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fault_helpers import REPO, run_id
+from fault_helpers import REPO, no_finished_outputs, run_id
 from project_copy import project_copy
 
 pytestmark = pytest.mark.faults
@@ -94,7 +94,7 @@ def assert_refused(result: subprocess.CompletedProcess[str], root: Path, message
     assert result.returncode != 0, output[-4000:]
     assert message in output, output[-4000:]
     assert not (root / "data").exists() and not (root / "runs").exists()
-    assert not (root / "experiments").exists()
+    assert no_finished_outputs(root)  # no pointer, no curves, no results
 
 
 def test_snakemake_dry_run_refuses_duplicate_params_keys(shared_data: Path, tmp_path: Path):
