@@ -29,7 +29,8 @@ def shortened(root: Path) -> None:
 
 
 def runs(root: Path) -> set[str]:
-    return {p.name for p in (root / "runs").iterdir() if p.is_dir()}
+    """The trained runs (the stored evaluations live beside them, in runs/evaluations/)."""
+    return {p.name for p in (root / "runs").iterdir() if p.is_dir() and p.name != "evaluations"}
 
 
 def test_the_margin_sweep_reuses_the_smoke_run_and_draws_the_margin_figure(tmp_path: Path):
