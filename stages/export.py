@@ -23,7 +23,7 @@ from stages.cli import parser, run
 from stages.core import layout
 from stages.core.errors import StageError
 from stages.core.params import load_params
-from stages.core.runs import plan_runs
+from stages.core.runs import planned_run
 from stages.modeling.checkpoint import read_encoder_info
 from stages.modeling.model_card import render_model_card
 from stages.modeling.st_format import ST_MODULES_FILE, write_sentence_transformers_files
@@ -85,12 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--dry-run", action="store_true", help="with --push-to-hub: only list")
     args = p.parse_args(argv)
     params = load_params(args.params)
-    runs = plan_runs(params)
-    if args.experiment not in runs:
-        raise StageError(
-            f"unknown experiment '{args.experiment}'; planned: {', '.join(runs) or '(none)'}"
-        )
-    selected = runs[args.experiment]
+    selected = planned_run(params, args.experiment)
     run_dir = layout.run_dir(selected.run_id)
     checkpoint = run_dir / args.checkpoint
     if not checkpoint.is_dir():

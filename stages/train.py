@@ -30,7 +30,7 @@ from stages.core.errors import StageError
 from stages.core.params import Params, load_params
 from stages.core.run_lock import run_lock
 from stages.core.run_store import LOG_FILE, METRICS_FILE, is_complete, read_config, read_log
-from stages.core.runs import STSB_DEV, Run, plan_runs
+from stages.core.runs import STSB_DEV, Run, planned_run
 from stages.core.shared_store import SharedStore, read_origin, store_url
 
 
@@ -93,12 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("experiment", help="experiment name, e.g. simcse.bert-base.s42")
     args = p.parse_args(argv)
     params = load_params(args.params)
-    runs = plan_runs(params)
-    if args.experiment not in runs:
-        raise StageError(
-            f"unknown experiment '{args.experiment}'; planned: {', '.join(runs) or '(none)'}"
-        )
-    run = runs[args.experiment]
+    run = planned_run(params, args.experiment)
     main_process = os.environ.get("RANK", "0") == "0"
     url = store_url(params.store.url)
     store = SharedStore(url) if url else None

@@ -31,6 +31,7 @@ from stages.core import layout
 from stages.core.code_identity import code_files, code_identity
 from stages.core.data_manifest import load_manifest
 from stages.core.environment import id_environment
+from stages.core.errors import StageError
 from stages.core.objective_settings import OBJECTIVES, ObjectiveSettings
 from stages.core.params import BackboneParams, BaselineParams, Params, ResolvedMethod
 
@@ -226,6 +227,14 @@ def plan_runs(params: Params) -> dict[str, Run]:
                     if name not in runs:
                         runs[name] = make_run(params, method, backbone, seed)
     return runs
+
+
+def planned_run(params: Params, name: str) -> Run:
+    """The run of experiment ``name``; a StageError listing the planned ones otherwise."""
+    runs = plan_runs(params)
+    if name not in runs:
+        raise StageError(f"unknown experiment '{name}'; planned: {', '.join(runs) or '(none)'}")
+    return runs[name]
 
 
 def plan_baselines(params: Params) -> dict[str, BaselineParams]:
