@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 from collections.abc import Iterable
-from functools import cache
 from pathlib import Path
+from typing import Any
+
+from stages.core.atomic import write_text
+from stages.core.layout import CACHE
 
 PACKAGE = "stages"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding stages/
@@ -43,9 +47,7 @@ def _parse(path: Path) -> ast.Module:
     return ast.parse(path.read_bytes(), filename=str(path))
 
 
-@cache
-def _fingerprint(path: Path, mtime_ns: int, size: int) -> str:
-    tree = _parse(path)
+def _fingerprint_of(tree: ast.Module) -> str:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (
@@ -60,12 +62,6 @@ def _fingerprint(path: Path, mtime_ns: int, size: int) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def source_fingerprint(path: Path) -> str:
-    """The fingerprint of one source file (cached per process by path, mtime and size)."""
-    stat = path.stat()
-    return _fingerprint(path, stat.st_mtime_ns, stat.st_size)
-
-
 def _resolve_from(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     if not node.level:
         return node.module or ""
@@ -75,16 +71,10 @@ def _resolve_from(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def _module_exists(module: str) -> bool:
-    return module_file(module).is_file()
-
-
-@cache
-def _direct_imports(module: str, mtime_ns: int) -> tuple[str, ...]:
-    path = module_file(module)
-    is_package = path.name == "__init__.py"
+def _imported_names(module: str, tree: ast.Module, is_package: bool) -> list[str]:
+    """Every ``stages`` name the module imports (some may be attributes, not modules)."""
     found: list[str] = []
-    for node in ast.walk(_parse(path)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -92,8 +82,71 @@ def _direct_imports(module: str, mtime_ns: int) -> tuple[str, ...]:
             found.append(origin)
             # `from stages.x import y` may import the submodule stages.x.y
             found += [f"{origin}.{alias.name}" for alias in node.names]
-    inside = [m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")]
-    return tuple(sorted({m for m in inside if _module_exists(m)}))
+    return sorted({m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")})
+
+
+def _stat_key(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+
+
+class _SourceFacts:
+    """Each source file's fingerprint and imported names, parsed once per change of the file.
+
+    Parsing and dumping the syntax trees of the training closure costs about a second, which
+    every DAG parse and stage start would pay; so the facts are kept in ``cache/code_identity.json``
+    keyed by the file's size, mtime (ns) and inode, like the data hashes (data_check.py): any
+    write to a file changes its key, and it is parsed again.
+    """
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+        self.entries: dict[str, list[Any]] | None = None
+        self.changed = False
+
+    def _load(self) -> dict[str, list[Any]]:
+        if self.entries is None:
+            try:
+                self.entries = json.loads(self.store.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                self.entries = {}
+        return self.entries
+
+    def get(self, path: Path, module: str) -> tuple[str, tuple[str, ...]]:
+        """(fingerprint, imported names) of the source file ``path`` of ``module``."""
+        key, entries = _stat_key(path), self._load()
+        entry = entries.get(str(path))
+        if entry is None or entry[0] != key:
+            tree = _parse(path)
+            names = _imported_names(module, tree, path.name == "__init__.py")
+            entry = entries[str(path)] = [key, _fingerprint_of(tree), names]
+            self.changed = True
+        return entry[1], tuple(entry[2])
+
+    def save(self) -> None:
+        if self.changed and self.entries is not None:
+            try:
+                write_text(self.store, json.dumps(self.entries, sort_keys=True))
+            except OSError:
+                return  # a read-only workspace parses again next time
+            self.changed = False
+
+
+_FACTS = _SourceFacts(CACHE / "code_identity.json")
+
+
+def source_fingerprint(path: Path) -> str:
+    """The fingerprint of one source file."""
+    return _FACTS.get(path.resolve(), path.stem)[0]
+
+
+def _module_exists(module: str) -> bool:
+    return module_file(module).is_file()
+
+
+def _direct_imports(module: str) -> tuple[str, ...]:
+    imported = _FACTS.get(module_file(module), module)[1]
+    return tuple(m for m in imported if _module_exists(m))
 
 
 def _with_parents(module: str) -> list[str]:
@@ -111,7 +164,7 @@ def import_closure(entry_modules: Iterable[str]) -> tuple[str, ...]:
         if module in seen or _is_excluded(module):
             continue
         seen.add(module)
-        imports = _direct_imports(module, module_file(module).stat().st_mtime_ns)
+        imports = _direct_imports(module)
         todo += [m for imported in imports for m in _with_parents(imported)]
     return tuple(sorted(seen))
 
@@ -128,4 +181,6 @@ def code_files(entry_modules: Iterable[str]) -> tuple[str, ...]:
 
 def code_identity(entry_modules: Iterable[str]) -> dict[str, str]:
     """{source file: fingerprint} of everything ``entry_modules`` run: part of an output's id."""
-    return {f: source_fingerprint(SOURCE_ROOT / f) for f in code_files(entry_modules)}
+    identity = {f: source_fingerprint(SOURCE_ROOT / f) for f in code_files(entry_modules)}
+    _FACTS.save()
+    return identity

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from stages.core.jobs import Job, build_jobs
 from stages.core.params import DEFAULT_PARAMS, BackboneParams, MtebParams, Params, ResolvedMethod
-from stages.core.runs import plan_baselines, plan_runs
+from stages.core.runs import Run, plan_baselines, plan_runs
 
 
 @dataclass(frozen=True)
@@ -212,11 +212,14 @@ class Estimate:
     hardware: Hardware
 
 
-def job_estimate(params: Params, job: Job) -> Estimate | None:
-    """Best-guess time of a train, senteval or mteb job; None for the others (CPU, short)."""
+def job_estimate(
+    params: Params, job: Job, runs: Mapping[str, Run] | None = None
+) -> Estimate | None:
+    """Best-guess time of a train, senteval or mteb job; None for the others (CPU, short).
+    ``runs``: the matrix's planned runs, when the caller has them (planning reads the code)."""
     if job.stage not in ("train", "senteval", "mteb") or job.key is None:
         return None
-    runs = plan_runs(params)
+    runs = plan_runs(params) if runs is None else runs
     if job.key in runs:
         backbone, device = runs[job.key].backbone, runs[job.key].settings.train.device
     else:
@@ -237,8 +240,10 @@ def limit_minutes(seconds: float, attempt: int = 1, safety: float = SAFETY) -> i
     return max(MIN_LIMIT_MINUTES, math.ceil(seconds * safety / 60)) * attempt
 
 
-def job_limit_minutes(params: Params, job: Job, attempt: int = 1) -> int:
-    estimate = job_estimate(params, job)
+def job_limit_minutes(
+    params: Params, job: Job, attempt: int = 1, runs: Mapping[str, Run] | None = None
+) -> int:
+    estimate = job_estimate(params, job, runs)
     if estimate is None:
         raise ValueError(f"no estimate for job {job.name} (only train, senteval and mteb)")
     return limit_minutes(estimate.seconds, attempt)
@@ -256,7 +261,7 @@ def dry_run(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[DryR
     runs = plan_runs(params)
     rows: dict[str, DryRunRow] = {}
     for job in build_jobs(params, params_file):
-        estimate = job_estimate(params, job)
+        estimate = job_estimate(params, job, runs)
         if estimate is None or job.key is None:
             continue
         run_id = runs[job.key].run_id if job.key in runs else "-"

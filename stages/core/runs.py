@@ -185,8 +185,20 @@ class Run:
         }
 
 
-def make_run(params: Params, method: str, backbone: str, seed: int) -> Run:
+def make_run(
+    params: Params,
+    method: str,
+    backbone: str,
+    seed: int,
+    code_memo: dict[tuple[str, ...], dict[str, str]] | None = None,
+) -> Run:
+    """The run of (method, backbone, seed). ``code_memo`` shares the code identities of a
+    matrix's runs: they differ only by loss module, and the import closure is read from disk."""
     settings = params.resolve(method, backbone)
+    modules = train_code_modules(settings.objective)
+    memo = {} if code_memo is None else code_memo
+    if modules not in memo:
+        memo[modules] = code_identity(modules)
     train = settings.train.model_dump(mode="json", exclude=set(EXECUTION_ONLY_TRAIN_KEYS))
     tid = triplets_id(params, backbone, method) if settings.objective.needs_triplets else None
     identity = {
@@ -199,7 +211,7 @@ def make_run(params: Params, method: str, backbone: str, seed: int) -> Run:
         "corpus": corpus_identity(params),
         "triplets": tid,
         "dev_set": dev_set_identity(),
-        "code": code_identity(train_code_modules(settings.objective)),
+        "code": memo[modules],
         "environment": id_environment(params.identity.environment),
     }
     return Run(
@@ -219,13 +231,14 @@ def make_run(params: Params, method: str, backbone: str, seed: int) -> Run:
 def plan_runs(params: Params) -> dict[str, Run]:
     """Every run of the matrix by experiment name, in params order, duplicates merged."""
     runs: dict[str, Run] = {}
+    code_memo: dict[tuple[str, ...], dict[str, str]] = {}
     for group in params.experiments:
         for method in group.methods:
             for backbone in group.backbones:
                 for seed in group.seeds:
                     name = experiment_name(method, backbone, seed)
                     if name not in runs:
-                        runs[name] = make_run(params, method, backbone, seed)
+                        runs[name] = make_run(params, method, backbone, seed, code_memo)
     return runs
 
 

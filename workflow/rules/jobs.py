@@ -24,7 +24,8 @@ class RuleJobs:
     def __init__(self, params: Params, params_file: str) -> None:
         self.params = params
         self.jobs = {(job.stage, job.key): job for job in build_jobs(params, params_file)}
-        self.sources = triplets_sources(plan_runs(params))
+        self.runs = plan_runs(params)
+        self.sources = triplets_sources(self.runs)
         # " --params FILE" unless the default params.yaml is used (the same for every job)
         self.params_arg = next(iter(self.jobs.values())).params_arg
 
@@ -52,7 +53,7 @@ class RuleJobs:
     def runtime(self, stage: str, wildcard: str) -> Callable:
         """The job's time limit in minutes (SLURM's -t), longer at each retry."""
         return lambda w, attempt: job_limit_minutes(
-            self.params, self.job(stage, None, w, wildcard), attempt
+            self.params, self.job(stage, None, w, wildcard), attempt, self.runs
         )
 
     @staticmethod
