@@ -280,8 +280,12 @@ def output_file(evaluation: str, experiment: str) -> Path:
     return layout.experiment_dir(experiment) / f"{evaluation}.json"
 
 
+DOCS_BEGIN = "<!-- evaluations: generated from stages/core/evaluations.py -->\n"
+DOCS_END = "<!-- end of evaluations -->\n"
+
+
 def evaluations_markdown() -> str:
-    """The registry as the Markdown table README.md shows (tests/test_evaluations.py checks)."""
+    """The registry as the Markdown table README.md shows."""
     lines = [
         "| evaluation | module | params | report tables (columns) |",
         "|---|---|---|---|",
@@ -296,3 +300,13 @@ def evaluations_markdown() -> str:
             f"| `{evaluation.section(name)}` | {tables} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def with_evaluations_table(text: str) -> str:
+    """``text`` (README.md) with the table between its markers generated from the registry
+    (``python -m stages.pipeline docs``; tests/test_evaluations.py checks it is current)."""
+    head, begin, rest = text.partition(DOCS_BEGIN)
+    _, end, tail = rest.partition(DOCS_END)
+    if not begin or not end:
+        raise ValueError(f"no {DOCS_BEGIN.strip()} ... {DOCS_END.strip()} block")
+    return head + DOCS_BEGIN + evaluations_markdown() + DOCS_END + tail
