@@ -6,11 +6,12 @@ Reads experiments/<name>/train.json, each planned evaluation's <evaluation>.json
 (stages/core/evaluations.py) and the curves beside them for every planned experiment and
 baseline (what is missing is marked, never an error) and writes reports/results/ as a whole (a
 temporary folder renamed into place): results.parquet and results.csv (one row per experiment x
-task x metric), the tables each evaluation declares, summary.csv (mean ± std over seeds),
+task x metric), summary.csv (mean ± std over seeds),
 significance.csv, comparison.csv (the summary: each method against report.baseline_method on
 STS avg and transfer avg, difference with 95% interval and p), report.md and report.html
 (self-contained: the summary table and forest plot first, then the figures, then the detail
-tables in collapsible <details>), figures/*.png; then
+tables in collapsible <details>: the runs, the tables each planned evaluation declares, the
+papers' tables, significance), figures/*.png; then
 reports/metrics.json, a flat summary for `dvc metrics show`. docs/report.md explains it all.
 """
 
