@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from stages.core.atomic import write_json
-from stages.core.params import MtebParams
+from stages.core.evaluations import MtebParams
 from stages.evaluate_mteb import evaluate_encoder
 from stages.modeling.encoder import SentenceEncoder
 from stages.mteb_protocol.local_data import LOCAL_SOURCES, load_local_pairs, local_tasks

@@ -24,16 +24,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from stages.cli import parser, run
-from stages.core import layout
-from stages.core.atomic import write_json
 from stages.core.data_check import verify_workspace_data
-from stages.core.environment import software
 from stages.core.errors import StageError
+from stages.core.evaluations import MtebParams
 from stages.core.mteb_task_sets import TASK_SETS, task_names
-from stages.core.params import DEFAULT_PARAMS, POOLERS, MtebParams, Params, load_params
-from stages.core.run_store import reuse_evaluation, store_evaluation
+from stages.core.params import DEFAULT_PARAMS, Params, load_params
 from stages.core.runs import plan_runs
-from stages.evaluation_target import encoder_for
+from stages.evaluation_stage import add_target_arguments, run_evaluation
 from stages.modeling.encoder import EncoderError, SentenceEncoder
 from stages.mteb_protocol.native_results import native_results_dir
 
@@ -42,21 +39,14 @@ DEFAULT_MAX_LENGTH = 512
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--experiment", help="a run of the matrix or baseline.<key>")
-    target.add_argument("--model", help="HF id, model dir, checkpoint dir, package:<module>")
-    p.add_argument("--pooler", choices=POOLERS, help="required unless the dir has encoder.json")
-    p.add_argument("--revision", default="main", help="hub revision of --model")
+    add_target_arguments(
+        p,
+        max_length_help="truncation in tokens (default: the model's sentence-transformers "
+        f"max_seq_length if it declares one, else {DEFAULT_MAX_LENGTH})",
+    )
     p.add_argument("--name", help="label in mteb's cache (default: from --model)")
     p.add_argument(
         "--tasks", nargs="+", metavar="TASK", help=f"{' | '.join(TASK_SETS)} or mteb task names"
-    )
-    p.add_argument("--output", help="results JSON (default with --experiment: experiments/...)")
-    p.add_argument(
-        "--max-length",
-        type=int,
-        help="truncation in tokens (default: the model's sentence-transformers max_seq_length "
-        f"if it declares one, else {DEFAULT_MAX_LENGTH})",
     )
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction, help="default: params")
     p.add_argument("--local-source", choices=("senteval", "sts_raw"), help="default: params")
@@ -65,8 +55,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--no-local-data", action="store_true", help="take every task from the hub")
     p.add_argument("--cache-dir", help="mteb's result cache (default: params)")
     p.add_argument("--batch-size", type=int, help="default: params")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -74,37 +62,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     params = load_params(args.params) if Path(args.params).is_file() or explicit else None
     planned = mteb_settings(params, args.experiment) if params else MtebParams()
     settings = _settings(planned, args)
-    # the matrix's own evaluation (settings as params give them) is stored under its id
-    as_planned = bool(args.experiment) and params is not None and settings == planned
-    if args.experiment:
-        if params is None:
-            raise StageError(f"--experiment needs a params file; {args.params} not found")
-        output = args.output or str(layout.experiment_dir(args.experiment) / "mteb.json")
-        if as_planned and reuse_evaluation("mteb", args.experiment, params, Path(output)):
-            print(f"wrote {output} (the stored result of the same evaluation)")
-            return
-        encoder = encoder_for(args.experiment, params, batch_size=settings.batch_size)
-        label = args.experiment
+    if args.model and args.output and not args.max_length:
+        args.max_length = _declared_max_length(args.model, args.revision)
+    label = args.experiment or args.name or args.model
+    output, results = run_evaluation(
+        "mteb",
+        args,
+        params,
+        lambda encoder, out: evaluate_encoder(encoder, label, settings, native_results_dir(out)),
+        # the matrix's own evaluation (settings as params give them) is stored under its id
+        as_planned=bool(args.experiment) and params is not None and settings == planned,
+        batch_size=settings.batch_size,
+    )
+    if results is None:
+        print(f"wrote {output} (the stored result of the same evaluation)")
     else:
-        if not args.output:
-            raise StageError("--output is required with --model")
-        max_length = args.max_length or _declared_max_length(args.model, args.revision)
-        encoder = _encoder(
-            args.model,
-            args.pooler,
-            revision=args.revision,
-            max_length=max_length,
-            batch_size=settings.batch_size,
-            device=args.device,
-            precision=args.precision,
-        )
-        label, output = args.name or args.model, args.output
-    results = evaluate_encoder(encoder, label, settings, native_results_dir(output))
-    record = {**results, "environment": software()}
-    if as_planned:
-        record = store_evaluation("mteb", args.experiment, params, record)
-    write_json(output, record)
-    _print_summary(results, output)
+        _print_summary(results, str(output))
 
 
 def evaluate_encoder(
@@ -186,13 +159,6 @@ def _declared_max_length(model: str, revision: str) -> int:
     except ValueError as err:
         raise StageError(str(err)) from None
     return declared or DEFAULT_MAX_LENGTH
-
-
-def _encoder(model: str, pooler: str | None, **options: Any) -> SentenceEncoder:
-    try:
-        return SentenceEncoder(model, pooler, **options)
-    except (EncoderError, ValueError, OSError) as err:
-        raise StageError(str(err)) from None
 
 
 def _print_summary(results: dict[str, Any], output: str) -> None:

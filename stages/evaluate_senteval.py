@@ -25,18 +25,16 @@ from typing import Any
 
 from stages.cli import parser, run
 from stages.core import layout
-from stages.core.atomic import write_json
 from stages.core.data_check import verify_workspace_data
-from stages.core.environment import software
 from stages.core.errors import StageError
-from stages.core.params import DEFAULT_PARAMS, POOLERS, Params, SentEvalParams, load_params
-from stages.core.run_store import reuse_evaluation, store_evaluation
-from stages.evaluation_target import encoder_for
+from stages.core.evaluations import SENTEVAL_TASKS, SentEvalParams
+from stages.core.params import DEFAULT_PARAMS, load_params
+from stages.evaluation_stage import add_target_arguments, run_evaluation
 from stages.modeling.encoder import EncoderError, SentenceEncoder
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.embeddings import EncoderOutputError
 from stages.senteval_protocol.evaluate import evaluate
-from stages.senteval_protocol.loaders import TASK_FOLDERS, TASKS, DataFormatError, downstream_dir
+from stages.senteval_protocol.loaders import TASK_FOLDERS, DataFormatError, downstream_dir
 
 DEFAULT_CACHE = layout.embedding_cache_dir()
 
@@ -66,29 +64,15 @@ def evaluate_encoder(
         raise StageError(str(err)) from None
 
 
-def evaluate_checkpoint(
-    model_dir: str | Path, params: Params, *, cache_dir: str | Path | None = DEFAULT_CACHE
-) -> dict[str, Any]:
-    """SentEval results of a trained checkpoint (its encoder.json names the pooler)."""
-    encoder = _encoder(str(model_dir), None, batch_size=params.senteval.batch_size)
-    return evaluate_encoder(encoder, params.senteval, cache_dir=cache_dir)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--experiment", help="a run of the matrix or baseline.<key>")
-    target.add_argument("--model", help="HF id, model dir, checkpoint dir, package:<m>")
-    p.add_argument("--pooler", choices=POOLERS, help="required unless the dir has encoder.json")
-    p.add_argument("--revision", default="main", help="hub revision of --model")
-    p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK", help="default: params")
+    add_target_arguments(p, max_length_help="tokenizer truncation length (default: 512)")
+    p.add_argument(
+        "--tasks", nargs="+", choices=SENTEVAL_TASKS, metavar="TASK", help="default: params"
+    )
     p.add_argument("--data-dir", help="SentEval data root (holds downstream/); default: params")
     p.add_argument("--mode", choices=("fasttest", "test"), help="default: params")
-    p.add_argument("--output", help="results JSON (default with --experiment: experiments/...)")
     p.add_argument("--batch-size", type=int, help="sentences per encoder call; default: params")
-    p.add_argument("--max-length", type=int, default=512, help="tokenizer truncation length")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="embedding cache root")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     args = p.parse_args(argv)
@@ -108,41 +92,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     as_planned = args.experiment and not any(
         (args.tasks, args.mode, args.batch_size, args.data_dir, args.output, args.no_cache)
     )
-    if args.experiment:
-        params = load_params(args.params)
-        output = args.output or str(layout.experiment_dir(args.experiment) / "senteval.json")
-        if as_planned and reuse_evaluation("senteval", args.experiment, params, Path(output)):
-            print(f"wrote {output} (the stored result of the same evaluation)")
-            return
-        encoder = encoder_for(args.experiment, params, batch_size=settings.batch_size)
-    elif args.output is None:
-        raise StageError("--model needs --output (where to write the results JSON)")
-    else:
-        encoder = _encoder(
-            args.model,
-            args.pooler,
-            revision=args.revision,
-            max_length=args.max_length,
-            batch_size=settings.batch_size,
-            device=args.device,
-            precision=args.precision,
-        )
-        output = args.output
-    results = evaluate_encoder(
-        encoder,
-        settings,
-        data_dir=data_dir,
-        cache_dir=None if args.no_cache else args.cache_dir,
+    cache_dir = None if args.no_cache else args.cache_dir
+    output, results = run_evaluation(
+        "senteval",
+        args,
+        load_params(args.params) if args.experiment else None,
+        lambda encoder, _: evaluate_encoder(
+            encoder, settings, data_dir=data_dir, cache_dir=cache_dir
+        ),
+        as_planned=bool(as_planned),
+        batch_size=settings.batch_size,
     )
-    record = {**results, "environment": software()}
-    if as_planned:
-        record = store_evaluation("senteval", args.experiment, params, record)
-    write_json(output, record)
-    summary = results["summary"]
+    summary = results["summary"] if results else {}
     for key in ("sts_avg", "transfer_avg"):
         if key in summary:
             print(f"{key}: {summary[key]:.2f}")
-    print(f"wrote {output}")
+    print(f"wrote {output}" + ("" if results else " (the stored result of the same evaluation)"))
 
 
 def _settings(params_path: str, explicit: bool) -> SentEvalParams:
@@ -150,13 +115,6 @@ def _settings(params_path: str, explicit: bool) -> SentEvalParams:
     if Path(params_path).is_file() or explicit:
         return load_params(params_path).senteval
     return SentEvalParams()
-
-
-def _encoder(model: str, pooler: str | None, **options: Any) -> SentenceEncoder:
-    try:
-        return SentenceEncoder(model, pooler, **options)
-    except (EncoderError, ValueError, OSError) as err:
-        raise StageError(str(err)) from None
 
 
 if __name__ == "__main__":

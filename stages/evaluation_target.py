@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from stages.core import layout
 from stages.core.errors import StageError
@@ -22,7 +23,13 @@ def encoder_for(name: str, params: Params, *, batch_size: int) -> SentenceEncode
     if name in baselines:
         baseline = baselines[name]
         backbone = params.backbones[baseline.backbone]  # pretrained: the schema checks it
-        return _load(name, backbone.model, baseline.pooler, backbone.revision, batch_size)
+        return load_encoder(
+            backbone.model,
+            baseline.pooler,
+            label=name,
+            revision=backbone.revision,
+            batch_size=batch_size,
+        )
     if name not in runs:
         known = ", ".join([*runs, *baselines]) or "(none)"
         raise StageError(f"unknown experiment '{name}'; planned: {known}")
@@ -38,13 +45,15 @@ def encoder_for(name: str, params: Params, *, batch_size: int) -> SentenceEncode
     model_dir = layout.run_dir(run_id) / "best"
     if not model_dir.is_dir():
         raise StageError(f"{name}: the best checkpoint {model_dir} is missing from the run store")
-    return _load(name, str(model_dir), None, "main", batch_size)
+    return load_encoder(str(model_dir), None, label=name, batch_size=batch_size)
 
 
-def _load(
-    name: str, model: str, pooler: str | None, revision: str, batch_size: int
+def load_encoder(
+    model: str, pooler: str | None, *, label: str | None = None, **options: Any
 ) -> SentenceEncoder:
+    """``SentenceEncoder(model, pooler, **options)``; a StageError (after ``label``) if the model
+    cannot be loaded."""
     try:
-        return SentenceEncoder(model, pooler, revision=revision, batch_size=batch_size)
-    except (EncoderError, OSError) as err:
-        raise StageError(f"{name}: {err}") from None
+        return SentenceEncoder(model, pooler, **options)
+    except (EncoderError, ValueError, OSError) as err:
+        raise StageError(f"{label}: {err}" if label else str(err)) from None

@@ -5,6 +5,8 @@
   python -m stages.pipeline dvc          regenerate dvc.yaml after changing the matrix
   python -m stages.pipeline check-dvc    fail if dvc.yaml is out of date with params.yaml
   python -m stages.pipeline adopt NAME   reuse a run trained before code identity existed
+  python -m stages.pipeline docs         regenerate README.md's table of the registered
+                                         evaluations (stages/core/evaluations.py)
 
 Torch-free: answers in well under a second on a finished workspace.
 """
@@ -14,11 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from stages.core.atomic import write_text
+from stages.core.evaluations import with_evaluations_table
 from stages.core.jobs import DVC_YAML, build_jobs, check_dvc_yaml, dvc_yaml
 from stages.core.params import DEFAULT_PARAMS, load_params
 from stages.core.run_store import adopt_legacy_run, status_rows
+
+README = Path("README.md")
 
 
 def print_table(rows: list[dict[str, str]]) -> None:
@@ -31,10 +37,14 @@ def print_table(rows: list[dict[str, str]]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("status", "dvc", "check-dvc", "adopt"))
+    parser.add_argument("command", choices=("status", "dvc", "check-dvc", "adopt", "docs"))
     parser.add_argument("experiment", nargs="?", help="adopt: the experiment to adopt a run for")
     parser.add_argument("--params", default=str(DEFAULT_PARAMS))
     args = parser.parse_args(argv)
+    if args.command == "docs":
+        write_text(README, with_evaluations_table(README.read_text(encoding="utf-8")))
+        print(f"wrote the evaluations table of {README}")
+        return
     params = load_params(args.params)
     if args.command == "dvc":
         jobs = build_jobs(params, args.params)

@@ -2,14 +2,16 @@
 
     python -m stages.report [--params params.yaml]
 
-Reads experiments/<name>/{train,senteval,mteb}.json and the curves beside them for every
-planned experiment and baseline (what is missing is marked, never an error) and writes
-reports/results/ as a whole (a temporary folder renamed into place): results.parquet and
-results.csv (one row per experiment x task x metric), summary.csv (mean ± std over seeds),
+Reads experiments/<name>/train.json, each planned evaluation's <evaluation>.json
+(stages/core/evaluations.py) and the curves beside them for every planned experiment and
+baseline (what is missing is marked, never an error) and writes reports/results/ as a whole (a
+temporary folder renamed into place): results.parquet and results.csv (one row per experiment x
+task x metric), summary.csv (mean ± std over seeds),
 significance.csv, comparison.csv (the summary: each method against report.baseline_method on
 STS avg and transfer avg, difference with 95% interval and p), report.md and report.html
 (self-contained: the summary table and forest plot first, then the figures, then the detail
-tables in collapsible <details>), figures/*.png; then
+tables in collapsible <details>: the runs, the tables each planned evaluation declares, the
+papers' tables, significance), figures/*.png; then
 reports/metrics.json, a flat summary for `dvc metrics show`. docs/report.md explains it all.
 """
 
@@ -24,6 +26,7 @@ import polars as pl
 from stages import cli
 from stages.core import layout
 from stages.core.atomic import atomic_path, write_json
+from stages.core.evaluations import EVALUATIONS
 from stages.core.params import Params, load_params
 from stages.reference import published
 from stages.reporting import figures as fig
@@ -33,6 +36,7 @@ from stages.reporting.forest import forest_plot
 from stages.reporting.render import html_page, markdown
 from stages.reporting.significance import significance
 from stages.reporting.tables import (
+    Table,
     environment_warning,
     paper_tables,
     results_table,
@@ -43,17 +47,6 @@ from stages.reporting.tables import (
 
 ANALYSES = layout.analyses_dir()  # the figures stage's PNGs, embedded when present
 EMBEDDING_CACHE = layout.embedding_cache_dir()
-STS_TASKS = [
-    "STS12",
-    "STS13",
-    "STS14",
-    "STS15",
-    "STS16",
-    "STSBenchmark",
-    "SICKRelatedness",
-    "STS_avg",
-]
-TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "TR_avg"]
 
 
 def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) -> list[fig.Plot]:
@@ -75,13 +68,25 @@ def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) ->
     return [p for p in plots if p is not None]
 
 
+def evaluation_tables(params: Params, summary: pl.DataFrame, results: pl.DataFrame) -> list[Table]:
+    """The tables the planned evaluations declare (stages/core/evaluations.py), in their order;
+    a table that names no tasks gets one column per task its evaluation reported."""
+    tables = []
+    for name in params.planned_evaluations():
+        for table in EVALUATIONS[name].tables:
+            reported = results.filter(pl.col("source") == name, pl.col("metric") == table.metric)
+            columns = table.columns or reported["task"].unique(maintain_order=True).to_list()
+            tables.append(results_table(summary, columns, table.metric, table.title))
+    return tables
+
+
 def flat_metrics(summary: pl.DataFrame, collected: Collected) -> dict[str, Any]:
     """method/backbone/task/metric -> mean over seeds, plus counts of finished outputs."""
     metrics: dict[str, Any] = {}
     for r in summary.iter_rows(named=True):
         metrics[f"{r['method']}/{r['backbone']}/{r['task']}/{r['metric']}"] = r["mean"]
     status = collected.status
-    for source in ("train", "senteval", "mteb"):
+    for source in ("train", *EVALUATIONS):
         if source in status.columns:
             metrics[f"finished/{source}"] = int((status[source] == "done").sum())
     metrics["planned"] = status.height
@@ -101,9 +106,8 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
     )
     summary_tables = [comparison_table(comparison, params.report.baseline_method)]
     tables = [
-        status_table(collected.status),
-        results_table(summary, STS_TASKS, "spearman", "STS (Spearman x100)"),
-        results_table(summary, TRANSFER_TASKS, "accuracy", "Transfer (accuracy %)"),
+        status_table(collected.status, params.planned_evaluations()),
+        *evaluation_tables(params, summary, collected.results),
         *paper_tables(summary, reference, collected.planned, tests),
         significance_table(tests),
     ]

@@ -1,7 +1,11 @@
-"""A throwaway copy of the project's workflow files, for tests that run the orchestrators."""
+"""A throwaway copy of the project's workflow files, for tests that run the orchestrators, and
+the DAG each orchestrator builds from it."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,3 +35,62 @@ def project_copy(tmp_path: Path, params: dict[str, Any] | None) -> Path:
         (root / "dvc.yaml").write_text(dvc_yaml(build_jobs(load_params(root / "params.yaml"))))
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     return root
+
+
+Shape = dict[tuple[str, ...], tuple[str, tuple[str, ...]]]
+
+
+def stage_command(shell: str) -> str:
+    """The stage command of a rendered Snakemake shell line: without the GPU slot wrapper in
+    front and the log redirection behind."""
+    shell = shell.split(" 2>&1 | tee ")[0]
+    return "python -m stages." + shell.split("python -m stages.")[-1].strip()
+
+
+def snakemake_shape(root: Path) -> Shape:
+    """Snakemake's own DAG: outputs -> (command, inputs).
+
+    Built through Snakemake's Python API (a dry run of every job); `all` is left out.
+    """
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import DAGSettings, OutputSettings, ResourceSettings
+
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        with SnakemakeApi(OutputSettings()) as api:
+            workflow_api = api.workflow(
+                resource_settings=ResourceSettings(cores=1),
+                snakefile=root / "Snakefile",
+                workdir=root,
+            )
+            workflow = workflow_api.dag(dag_settings=DAGSettings(forceall=True)).workflow_api
+            wf = workflow._workflow
+            wf._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
+            built = wf._build_dag()
+            if inspect.iscoroutine(built):
+                asyncio.run(built)
+            return {
+                tuple(sorted(job.output)): (stage_command(job.shellcmd), tuple(sorted(job.input)))
+                for job in wf.dag.jobs
+                if job.rule.name != "all"
+            }
+    finally:
+        os.chdir(cwd)
+
+
+def dvc_shape(root: Path) -> Shape:
+    """DVC's reading of dvc.yaml: outputs -> (command, data dependencies); every stage's source
+    files, also DVC dependencies, must be those of its job."""
+    from dvc.repo import Repo
+
+    jobs = {job.name: job for job in build_jobs(load_params(root / "params.yaml"))}
+    with Repo(str(root)) as repo:
+        shape: Shape = {}
+        for stage in repo.index.stages:
+            files = [dep.def_path for dep in stage.deps if not hasattr(dep, "params")]
+            code = [f for f in files if f.startswith("stages/") and f.endswith(".py")]
+            assert code == list(jobs[stage.name].code), stage.name
+            outs = tuple(sorted(out.def_path for out in stage.outs))
+            shape[outs] = (stage.cmd, tuple(sorted(f for f in files if f not in code)))
+        return shape

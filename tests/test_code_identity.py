@@ -10,8 +10,9 @@ import pytest
 
 from stages.core import code_identity
 from stages.core.code_identity import code_files, source_fingerprint
+from stages.core.evaluations import EVALUATIONS
 from stages.core.params import load_params
-from stages.core.runs import EVALUATION_CODE, plan_runs
+from stages.core.runs import plan_runs
 
 REPO = Path(__file__).resolve().parents[1]
 SIMACE = REPO / "stages" / "objectives" / "simace.py"
@@ -59,7 +60,7 @@ def test_the_senteval_protocol_is_evaluation_code_not_training_code() -> None:
     train = set(
         plan_runs(load_params(REPO / "presets" / "smoke.yaml"))["simcse.tiny-bert.s42"].code_files
     )
-    senteval = set(code_files(EVALUATION_CODE["senteval"]))
+    senteval = set(code_files(EVALUATIONS["senteval"].code_modules))
     protocol = "stages/senteval_protocol"
     evaluation_only = {f"{protocol}/{m}.py" for m in ("classifier", "evaluate", "transfer")}
     assert evaluation_only <= senteval and not evaluation_only & train

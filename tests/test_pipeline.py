@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
 import subprocess
 import sys
@@ -12,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from project_copy import project_copy
+from project_copy import dvc_shape, project_copy, snakemake_shape
 
 from stages.core.jobs import build_jobs, check_dvc_yaml
 from stages.core.params import ParamsError, load_params, parse_params
@@ -44,64 +42,6 @@ GRID_MATRIX = {
         "hot": {"objective": {"name": "infonce"}, "grid": {"objective.tau": [0.1, 0.2]}},
     },
 }
-
-Shape = dict[tuple[str, ...], tuple[str, tuple[str, ...]]]
-
-
-def stage_command(shell: str) -> str:
-    """The stage command of a rendered Snakemake shell line: without the GPU slot wrapper in
-    front and the log redirection behind."""
-    shell = shell.split(" 2>&1 | tee ")[0]
-    return "python -m stages." + shell.split("python -m stages.")[-1].strip()
-
-
-def snakemake_shape(root: Path) -> Shape:
-    """Snakemake's own DAG: outputs -> (command, inputs).
-
-    Built through Snakemake's Python API (a dry run of every job); `all` is left out.
-    """
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import DAGSettings, OutputSettings, ResourceSettings
-
-    cwd = Path.cwd()
-    os.chdir(root)
-    try:
-        with SnakemakeApi(OutputSettings()) as api:
-            workflow_api = api.workflow(
-                resource_settings=ResourceSettings(cores=1),
-                snakefile=root / "Snakefile",
-                workdir=root,
-            )
-            workflow = workflow_api.dag(dag_settings=DAGSettings(forceall=True)).workflow_api
-            wf = workflow._workflow
-            wf._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
-            built = wf._build_dag()
-            if inspect.iscoroutine(built):
-                asyncio.run(built)
-            return {
-                tuple(sorted(job.output)): (stage_command(job.shellcmd), tuple(sorted(job.input)))
-                for job in wf.dag.jobs
-                if job.rule.name != "all"
-            }
-    finally:
-        os.chdir(cwd)
-
-
-def dvc_shape(root: Path) -> Shape:
-    """DVC's reading of dvc.yaml: outputs -> (command, data dependencies); every stage's source
-    files, also DVC dependencies, must be those of its job."""
-    from dvc.repo import Repo
-
-    jobs = {job.name: job for job in build_jobs(load_params(root / "params.yaml"))}
-    with Repo(str(root)) as repo:
-        shape: Shape = {}
-        for stage in repo.index.stages:
-            files = [dep.def_path for dep in stage.deps if not hasattr(dep, "params")]
-            code = [f for f in files if f.startswith("stages/") and f.endswith(".py")]
-            assert code == list(jobs[stage.name].code), stage.name
-            outs = tuple(sorted(out.def_path for out in stage.outs))
-            shape[outs] = (stage.cmd, tuple(sorted(f for f in files if f not in code)))
-        return shape
 
 
 @pytest.mark.parametrize(

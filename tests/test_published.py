@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from stages.core.params import STS_TASKS, TRANSFER_TASKS
+from stages.core.evaluations import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS
 from stages.reference import (
     COLUMNS,
     MTEB_CATEGORIES,
@@ -83,7 +83,7 @@ EXPECTED_FLAG_CELLS = {
     "suspect-value": 3,
 }
 
-STS7, TR7 = list(STS_TASKS), list(TRANSFER_TASKS)
+STS7, TR7 = list(SENTEVAL_STS_TASKS), list(SENTEVAL_TRANSFER_TASKS)
 ROUNDING = 0.01 + 1e-9  # two-decimal cells and a two-decimal average
 DERIVED_ROUNDING = 0.1  # each derived number carries +-0.05
 

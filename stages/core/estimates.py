@@ -1,8 +1,8 @@
 """How long the pipeline's GPU jobs take: SLURM time limits and the presets' dry-run.
 
     python -m stages.estimates [--params FILE]    the dry run: every experiment of the matrix
-                                                  (run id, GPU minutes of its train, senteval and
-                                                  mteb jobs), and the totals
+                                                  (run id, GPU minutes of its train job and of
+                                                  each evaluation), and the totals
 
 A job's time is arithmetic over the hardware's sustained rate plus fixed costs:
 
@@ -14,7 +14,8 @@ A job's time is arithmetic over the hardware's sustained rate plus fixed costs:
   plus a fixed cost per step (kernel launches, optimizer, data), times the steps, plus the
   STS-B dev evaluation every eval_steps and the start-up (imports, loading the model and data);
 - evaluation: 2 FLOPs per weight per token for every sentence encoded (EVAL_TOKENS tokens
-  each), plus an allowance per SentEval transfer task for its logistic-regression classifiers.
+  each), plus an allowance per SentEval transfer task for its logistic-regression classifiers;
+  an evaluation that does not say how many sentences it encodes gets an allowance.
 
 Embedding lookups cost no FLOPs to speak of and attention scores are small at these lengths,
 so the weights of the transformer layers are what counts (``Architecture.weights``).
@@ -36,8 +37,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stages.core.evaluations import (
+    EVALUATIONS,
+    SENTEVAL_STS_TASKS,
+    EvaluationSettings,
+    MtebParams,
+    SentEvalParams,
+)
 from stages.core.jobs import Job, build_jobs
-from stages.core.params import DEFAULT_PARAMS, BackboneParams, MtebParams, Params, ResolvedMethod
+from stages.core.mteb_task_sets import task_names
+from stages.core.params import DEFAULT_PARAMS, BackboneParams, Params, ResolvedMethod
 from stages.core.runs import Run, plan_baselines, plan_runs
 
 
@@ -115,12 +124,12 @@ SENTEVAL_SENTENCES = {
     "STSBenchmark": 17256, "SICKRelatedness": 19854, "MR": 10662, "CR": 3775, "SUBJ": 10000,
     "MPQA": 10606, "SST2": 70042, "TREC": 5952, "MRPC": 11602,
 }  # fmt: skip
-STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-# MTEB: test-split sentences of the STS tasks; other tasks get an allowance.
+# MTEB: test-split sentences of the STS tasks; other tasks (and evaluations that do not say how
+# many sentences they encode) get an allowance.
 MTEB_SENTENCES = {"STS12": 6216, "STS13": 3000, "STS14": 7500, "STS15": 6000, "STS16": 2372,
                   "STSBenchmark": 2758, "SICK-R": 19854}  # fmt: skip
-MTEB_TASK_ALLOWANCE_SENTENCES = 50_000
-MTEB_SET_SIZES = {"sts": len(MTEB_SENTENCES), "simace56": 56}
+TASK_ALLOWANCE_SENTENCES = 50_000
+EVAL_BATCH_SIZE = 128
 
 
 def architecture(spec: BackboneParams) -> Architecture:
@@ -186,23 +195,29 @@ def train_seconds(params: Params, settings: ResolvedMethod, arch: Architecture) 
     return hw.startup_seconds + batches * batch + evaluations * dev
 
 
-def senteval_seconds(params: Params, arch: Architecture, hw: Hardware) -> float:
-    s = params.senteval
+def senteval_seconds(s: SentEvalParams, arch: Architecture, hw: Hardware) -> float:
     encode = sum(
         encode_seconds(arch, SENTEVAL_SENTENCES[task], s.batch_size, hw) for task in s.tasks
     )
-    transfer = sum(task not in STS_TASKS for task in s.tasks)
+    transfer = sum(task not in SENTEVAL_STS_TASKS for task in s.tasks)
     folds = 10 if s.mode == "test" else 5
     return hw.startup_seconds + encode + transfer * hw.classifier_seconds * folds / 10
 
 
 def mteb_seconds(m: MtebParams, arch: Architecture, hw: Hardware) -> float:
-    names = list(MTEB_SENTENCES) if m.tasks == "sts" else m.tasks
-    if isinstance(names, str):  # another named set: its size, each task an allowance
-        sentences = [MTEB_TASK_ALLOWANCE_SENTENCES] * MTEB_SET_SIZES.get(names, 56)
-    else:
-        sentences = [MTEB_SENTENCES.get(n, MTEB_TASK_ALLOWANCE_SENTENCES) for n in names]
+    sentences = [MTEB_SENTENCES.get(name, TASK_ALLOWANCE_SENTENCES) for name in task_names(m.tasks)]
     return hw.startup_seconds + sum(encode_seconds(arch, n, m.batch_size, hw) for n in sentences)
+
+
+def evaluation_seconds(settings: EvaluationSettings, arch: Architecture, hw: Hardware) -> float:
+    """An evaluation's time: SentEval's and MTEB's by their tasks, any other by the sentences
+    it says it encodes (or an allowance)."""
+    if isinstance(settings, SentEvalParams):
+        return senteval_seconds(settings, arch, hw)
+    if isinstance(settings, MtebParams):
+        return mteb_seconds(settings, arch, hw)
+    sentences = settings.encoded_sentences() or TASK_ALLOWANCE_SENTENCES
+    return hw.startup_seconds + encode_seconds(arch, sentences, EVAL_BATCH_SIZE, hw)
 
 
 @dataclass(frozen=True)
@@ -215,9 +230,9 @@ class Estimate:
 def job_estimate(
     params: Params, job: Job, runs: Mapping[str, Run] | None = None
 ) -> Estimate | None:
-    """Best-guess time of a train, senteval or mteb job; None for the others (CPU, short).
+    """Best-guess time of a train job or an evaluation; None for the others (CPU, short).
     ``runs``: the matrix's planned runs, when the caller has them (planning reads the code)."""
-    if job.stage not in ("train", "senteval", "mteb") or job.key is None:
+    if (job.stage != "train" and job.stage not in EVALUATIONS) or job.key is None:
         return None
     runs = plan_runs(params) if runs is None else runs
     if job.key in runs:
@@ -227,11 +242,10 @@ def job_estimate(
     arch, hw = architecture(params.backbones[backbone]), hardware_for(device)
     if job.stage == "train":
         seconds = train_seconds(params, runs[job.key].settings, arch)
-    elif job.stage == "senteval":
-        seconds = senteval_seconds(params, arch, hw)
     else:
         method = runs[job.key].method if job.key in runs else None
-        seconds = mteb_seconds(params.mteb_for(method), arch, hw)
+        settings = params.evaluation_settings(job.stage, method)
+        seconds = evaluation_seconds(settings, arch, hw)
     return Estimate(job.name, seconds, hw)
 
 
@@ -245,7 +259,7 @@ def job_limit_minutes(
 ) -> int:
     estimate = job_estimate(params, job, runs)
     if estimate is None:
-        raise ValueError(f"no estimate for job {job.name} (only train, senteval and mteb)")
+        raise ValueError(f"no estimate for job {job.name} (only train and the evaluations)")
     return limit_minutes(estimate.seconds, attempt)
 
 
@@ -253,7 +267,7 @@ def job_limit_minutes(
 class DryRunRow:
     experiment: str
     run_id: str  # "-" for a baseline (evaluated as is, never trained)
-    minutes: dict[str, float]  # stage (train, senteval, mteb) -> estimated minutes
+    minutes: dict[str, float]  # stage (train, an evaluation) -> estimated minutes
 
 
 def dry_run(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[DryRunRow]:
@@ -274,7 +288,7 @@ def dry_run(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[DryR
 
 
 def format_dry_run(params: Params, rows: Sequence[DryRunRow]) -> str:
-    stages = ("train", "senteval", "mteb")
+    stages = ("train", *params.planned_evaluations())
     width = max([len("experiment")] + [len(r.experiment) for r in rows])
     lines = [
         f"{'experiment'.ljust(width)}  {'run id':<16}"

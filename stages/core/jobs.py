@@ -21,9 +21,9 @@ import yaml
 
 from stages.core import layout
 from stages.core.code_identity import code_files, code_identity
+from stages.core.evaluations import EVALUATIONS, output_file
 from stages.core.params import DEFAULT_PARAMS, Params, load_params
 from stages.core.runs import (
-    EVALUATION_CODE,
     FIGURES_CODE,
     REPORT_CODE,
     TRIPLETS_CODE,
@@ -106,6 +106,34 @@ def triplets_sources(runs: dict[str, Run]) -> dict[str, Run]:
     return sources
 
 
+def evaluation_job(
+    params: Params,
+    params_file: str,
+    run: Run | None,
+    name: str,
+    deps: tuple[str, ...],
+    keys: tuple[str, ...],
+    evaluation: str,
+) -> Job | None:
+    """Registered evaluation ``evaluation`` of experiment ``name`` (None: it is off for it);
+    ``deps`` and ``keys``: what the experiment's encoder comes from (a run's pointer file, a
+    baseline's params)."""
+    registered = EVALUATIONS[evaluation]
+    settings = params.evaluation_settings(evaluation, run.method if run else None)
+    if not settings.is_enabled():
+        return None
+    section = registered.section(evaluation)
+    out = (str(output_file(evaluation, name)),)
+    overrides = overriding_method(params, run, section) if registered.method_overrides else ()
+    return Job(
+        evaluation, name, registered.module, f"--experiment {shlex.quote(name)}", params_file,
+        deps=(*deps, *(str(path) for path in settings.reads())),
+        params=(section, "identity", *keys, *overrides),
+        gpu=True, code_modules=registered.code_modules,
+        metrics=out if registered.dvc_metrics else (), outs=() if registered.dvc_metrics else out,
+    )  # fmt: skip
+
+
 def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
     """Every job of the pipeline, in a valid execution order."""
     f = params_file
@@ -114,9 +142,35 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
     senteval = str(layout.senteval_dir())
     sts_raw = str(layout.sts_raw_dir())
     source = ("data.source", "data.local_dir")
-    mteb = {name: params.mteb_for(run.method) for name, run in runs.items()}
-    mteb |= {name: params.mteb for name in plan_baselines(params)}
-    mteb_local = any(m.enabled and m.local_data for m in mteb.values())
+
+    train: list[Job] = []
+    evaluated: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+    curves: list[str] = []
+    for name, run in runs.items():
+        run_curves = tuple(str(c) for c in run.curve_files)
+        curves += run_curves
+        deps = (corpus, senteval)
+        keys = ("train", f"methods.{base_method(run.method)}", f"backbones.{run.backbone}",
+                "data.max_sentences", "identity")  # fmt: skip
+        if run.needs_triplets:
+            deps += (str(run.triplets),)
+            keys += ("triplets",)
+        train.append(
+            Job("train", name, "stages.train", shlex.quote(name), f, deps=deps, params=keys,
+                metrics=(str(run.pointer_file),), plots=run_curves, gpu=True,
+                code_modules=run.code_modules)
+        )  # fmt: skip
+        evaluated.append((name, (str(run.pointer_file),), ()))
+    for name, baseline in plan_baselines(params).items():
+        key = name.removeprefix("baseline.")
+        evaluated.append((name, (), (f"baselines.{key}", f"backbones.{baseline.backbone}")))
+    planned = (
+        evaluation_job(params, f, runs.get(name), name, deps, keys, evaluation)
+        for name, deps, keys in evaluated
+        for evaluation in EVALUATIONS
+    )
+    evaluations = [job for job in planned if job is not None]
+    read = {dep for job in evaluations for dep in job.deps}
 
     jobs = [
         Job("download", "corpus", "stages.download", "corpus", f,
@@ -124,7 +178,7 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
         Job("download", "senteval", "stages.download", "senteval", f,
             params=source, outs=(senteval,), dirs=frozenset({senteval})),
     ]  # fmt: skip
-    if mteb_local:
+    if sts_raw in read:
         jobs.append(
             Job("download", "sts_raw", "stages.download", "sts_raw", f,
                 params=source, outs=(sts_raw,), dirs=frozenset({sts_raw}))
@@ -142,53 +196,9 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
                 outs=(out, str(layout.triplets_stats_file(tid))),
                 code_modules=TRIPLETS_CODE)
         )  # fmt: skip
-
-    evaluated: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
-    curves: list[str] = []
-    for name, run in runs.items():
-        run_curves = tuple(str(c) for c in run.curve_files)
-        curves += run_curves
-        deps = (corpus, senteval)
-        keys = ("train", f"methods.{base_method(run.method)}", f"backbones.{run.backbone}",
-                "data.max_sentences", "identity")  # fmt: skip
-        if run.needs_triplets:
-            deps += (str(run.triplets),)
-            keys += ("triplets",)
-        jobs.append(
-            Job("train", name, "stages.train", shlex.quote(name), f, deps=deps, params=keys,
-                metrics=(str(run.pointer_file),), plots=run_curves, gpu=True,
-                code_modules=run.code_modules)
-        )  # fmt: skip
-        evaluated.append((name, (str(run.pointer_file),), ()))
-    for name, baseline in plan_baselines(params).items():
-        key = name.removeprefix("baseline.")
-        evaluated.append((name, (), (f"baselines.{key}", f"backbones.{baseline.backbone}")))
-
-    results = []
-    for name, deps, keys in evaluated:
-        experiment = f"--experiment {shlex.quote(name)}"
-        out = str(layout.experiment_dir(name) / "senteval.json")
-        jobs.append(
-            Job("senteval", name, "stages.evaluate_senteval", experiment, f,
-                deps=(*deps, senteval), params=("senteval", "identity", *keys), metrics=(out,),
-                gpu=True, code_modules=EVALUATION_CODE["senteval"])
-        )  # fmt: skip
-        results.append(out)
-        settings = mteb[name]
-        mteb_keys = ("mteb", "identity", *keys, *overriding_method(params, runs.get(name), "mteb"))
-        if settings.enabled:
-            # local copies: STS-B (and STS12-16 with sts_raw) from sts_raw; STS12-16, SICK-R
-            # from senteval
-            local = (sts_raw, senteval) if settings.local_source == "senteval" else (sts_raw,)
-            out = str(layout.experiment_dir(name) / "mteb.json")
-            jobs.append(
-                Job("mteb", name, "stages.evaluate_mteb", experiment, f,
-                    deps=(*deps, *(local if settings.local_data else ())),
-                    params=mteb_keys,
-                    outs=(out,), gpu=True,
-                    code_modules=EVALUATION_CODE["mteb"])
-            )  # fmt: skip
-            results.append(out)
+    jobs += train
+    jobs += evaluations  # per experiment, in the registry's order
+    results = [out for job in evaluations for out in job.outputs]
 
     analyses = str(layout.analyses_dir())
     jobs.append(

@@ -26,12 +26,18 @@ from pydantic import (
     PrivateAttr,
     StringConstraints,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
 from stages.core.errors import ParamsError
-from stages.core.mteb_task_sets import TASK_SETS, unknown_task_names
+from stages.core.evaluations import (
+    EVALUATIONS,
+    TOP_LEVEL_SECTIONS,
+    EvaluationSections,
+    EvaluationSettings,
+    MtebParams,
+    SentEvalParams,
+)
 from stages.core.objective_settings import SETTINGS_BY_NAME, ObjectiveConfig
 from stages.core.sweeps import GridError, expand_grids
 from stages.core.temperature_settings import TemperatureSchedule
@@ -49,15 +55,6 @@ Seed = Annotated[int, Field(ge=0, lt=2**32)]
 
 POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_mean")
 Pooler = Literal["cls", "cls_before_pooler", "mean", "first_last_mean"]
-
-MtebLocalSource = Literal["senteval", "sts_raw"]
-
-STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
-SentEvalTask = Literal[
-    "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
-    "MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC",
-]  # fmt: skip
 
 
 class Section(BaseModel):
@@ -191,64 +188,6 @@ class TrainParams(Section):
         ("dvclive",),
         description="live metrics (stages/training/live.py); wandb only if installed",
     )
-
-
-class SentEvalParams(Section):
-    data_dir: str = Field("data/senteval", description="SentEval layout root (has downstream/)")
-    tasks: tuple[SentEvalTask, ...] = STS_TASKS + TRANSFER_TASKS  # type: ignore[assignment]
-    mode: Literal["fasttest", "test"] = Field(
-        "test", description="SimCSE's classifier settings: fasttest (k=5) or test (k=10)"
-    )
-    batch_size: PositiveInt = 128
-    seed: Seed = 1111
-
-
-class MtebParams(Section):
-    enabled: bool = True
-    tasks: str | tuple[str, ...] = Field(
-        "sts",
-        description="a named set (sts: STS12-16, STSBenchmark, SICK-R; simace56: the SimACE "
-        "paper's 56 English datasets, = MTEB(eng, v1)) or a list of mteb task names",
-    )
-    local_data: bool = Field(
-        True,
-        description="feed the tasks that have a local copy (STS12-16, STSBenchmark, SICK-R) "
-        "from local files instead of the Hugging Face hub",
-    )
-    local_source: MtebLocalSource = Field(
-        "senteval",
-        description="senteval: STS12-16 and SICK-R from senteval_dir (STS12-16 = MTEB's text), "
-        "STSBenchmark from sts_raw_dir; sts_raw: STS12-16 and STSBenchmark from the original "
-        "SemEval files in sts_raw_dir (untokenised text; no SICK-R)",
-    )
-    sts_raw_dir: str = Field("data/sts_raw", description="raw SemEval STS12-16 + stsbenchmark/")
-    senteval_dir: str = Field("data/senteval", description="SentEval layout root (downstream/)")
-    cache_dir: str = Field(
-        "cache/mteb", description="mteb's result cache (results/<model>/<revision>/<task>.json)"
-    )
-    normalize: bool = Field(
-        False,
-        description="L2-normalise embeddings; cosine scores are unchanged, classification and "
-        "clustering are not",
-    )
-    batch_size: PositiveInt = 128
-
-    @field_validator("tasks")
-    @classmethod
-    def _known_tasks(cls, tasks: str | tuple[str, ...]) -> str | tuple[str, ...]:
-        if isinstance(tasks, str):
-            if tasks not in TASK_SETS:
-                raise ValueError(
-                    f"unknown task set '{tasks}'; named sets: {', '.join(TASK_SETS)} "
-                    f"(a single task is a list: [{tasks}])"
-                )
-            return tasks
-        if not tasks:
-            raise ValueError("empty task list")
-        unknown = unknown_task_names(tasks)
-        if unknown:
-            raise ValueError(f"not in mteb's task registry: {', '.join(unknown)}")
-        return tasks
 
 
 class IdentityParams(Section):
@@ -428,6 +367,11 @@ class Params(Section):
     train: TrainParams = TrainParams()
     senteval: SentEvalParams = SentEvalParams()
     mteb: MtebParams = MtebParams()
+    evaluations: EvaluationSections = Field(  # type: ignore[valid-type]
+        EvaluationSections(),
+        description="the settings of each evaluation registered after senteval and mteb "
+        "(stages/core/evaluations.py), by its name",
+    )
     report: ReportParams = ReportParams()
     figures: FiguresParams = FiguresParams()
     identity: IdentityParams = IdentityParams()
@@ -482,17 +426,40 @@ class Params(Section):
 
     def triplets_for(self, method: str) -> TripletsParams:
         """The masked-triplet settings of ``method``'s runs: the section, its overrides applied."""
-        overrides = self.methods[method].triplets
-        if not overrides:
-            return self.triplets
-        return TripletsParams.model_validate(_merge(self.triplets.model_dump(), overrides))
+        return self.with_method_overrides("triplets", method)
 
     def mteb_for(self, method: str | None) -> MtebParams:
         """The MTEB settings of ``method``'s runs (None: a baseline's, the section as is)."""
-        overrides = self.methods[method].mteb if method else {}
+        return self.with_method_overrides("mteb", method)
+
+    def evaluation_settings(self, evaluation: str, method: str | None) -> EvaluationSettings:
+        """The settings of registered evaluation ``evaluation`` for ``method``'s runs (None: a
+        baseline's): its section, the method's overrides applied where it takes them."""
+        if EVALUATIONS[evaluation].method_overrides:
+            settings: EvaluationSettings = self.with_method_overrides(evaluation, method)
+        elif evaluation in TOP_LEVEL_SECTIONS:
+            settings = getattr(self, evaluation)
+        else:
+            settings = getattr(self.evaluations, evaluation)
+        return settings
+
+    def planned_evaluations(self) -> tuple[str, ...]:
+        """The registered evaluations enabled for a baseline or for some method's runs."""
+        methods: list[str | None] = [None, *self.methods]
+        return tuple(
+            name
+            for name in EVALUATIONS
+            if any(self.evaluation_settings(name, method).is_enabled() for method in methods)
+        )
+
+    def with_method_overrides(self, section: str, method: str | None) -> Any:
+        """Section ``section`` (triplets, mteb) as ``method``'s runs read it: the method's
+        ``<section>:`` overrides applied (None: a baseline's, the section as is)."""
+        base = getattr(self, section)
+        overrides = getattr(self.methods[method], section) if method else {}
         if not overrides:
-            return self.mteb
-        return MtebParams.model_validate(_merge(self.mteb.model_dump(), overrides))
+            return base
+        return type(base).model_validate(_merge(base.model_dump(), overrides))
 
     def resolve(self, method: str, backbone: str | None) -> ResolvedMethod:
         """The method's objective, schedule and train settings on ``backbone``."""

@@ -120,7 +120,7 @@ def status_rows(params: Params) -> list[dict[str, str]]:
     for name, run in plan_runs(params).items():
         done = {
             stage: "yes" if (layout.experiment_dir(name) / f"{stage}.json").is_file() else "-"
-            for stage in ("train", "senteval", "mteb")
+            for stage in ("train", *params.planned_evaluations())
         }
         state = run_state(run)
         environment = (
@@ -159,10 +159,11 @@ def adopt_legacy_run(params: Params, name: str) -> str:
     return f"{name}: adopted {legacy.name} as {run.run_id} (code unknown; {legacy} is kept)"
 
 
-def stored_evaluation(stage: str, experiment: str, params: Params) -> tuple[Path, str]:
-    """Where evaluation ``stage`` of ``experiment`` is stored under its id, and the id."""
-    evaluation = evaluation_id(stage, experiment, params, plan_runs(params))
-    return layout.evaluation_file(stage, evaluation), evaluation
+def stored_evaluation(evaluation: str, experiment: str, params: Params) -> tuple[Path, str]:
+    """Where registered evaluation ``evaluation`` of ``experiment`` is stored under its id, and
+    the id."""
+    identity = evaluation_id(evaluation, experiment, params, plan_runs(params))
+    return layout.evaluation_file(evaluation, identity), identity
 
 
 def reuse_evaluation(stage: str, experiment: str, params: Params, output: Path) -> bool:

@@ -32,6 +32,7 @@ from stages.core.code_identity import code_files, code_identity
 from stages.core.data_manifest import load_manifest
 from stages.core.environment import id_environment
 from stages.core.errors import StageError
+from stages.core.evaluations import EVALUATIONS
 from stages.core.objective_settings import OBJECTIVES, ObjectiveSettings
 from stages.core.params import BackboneParams, BaselineParams, Params, ResolvedMethod
 
@@ -47,7 +48,6 @@ ID_LENGTH = 16
 # The entry modules of each output kind; their import closures are the code they cover.
 TRAIN_CODE = ("stages.train", "stages.objectives.temperature")
 TRIPLETS_CODE = ("stages.triplets",)
-EVALUATION_CODE = {"senteval": ("stages.evaluate_senteval",), "mteb": ("stages.evaluate_mteb",)}
 FIGURES_CODE = ("stages.figures",)
 REPORT_CODE = ("stages.report",)
 
@@ -265,29 +265,19 @@ def evaluated_identity(name: str, params: Params, runs: dict[str, Run]) -> dict[
     }
 
 
-# The manifest datasets each evaluation reads (verified at use, so their checksums name them).
-EVALUATION_DATA = {"senteval": ("senteval",), "mteb": ("senteval", "sts_raw")}
-
-
-def dataset_checksums(names: tuple[str, ...]) -> dict[str, str | None]:
-    manifest = load_manifest()
-    return {f.path: f.sha256 for name in names for f in manifest.datasets[name].files}
-
-
-def evaluation_id(stage: str, name: str, params: Params, runs: dict[str, Run]) -> str:
-    """Content address of evaluation ``stage`` ('senteval', 'mteb') of experiment ``name``: what
-    it scores, its params section, its data, its protocol's code and the environment switch."""
+def evaluation_id(evaluation: str, name: str, params: Params, runs: dict[str, Run]) -> str:
+    """Content address of registered evaluation ``evaluation`` of experiment ``name``: what it
+    scores, its settings, its data, its stage module's code and the environment switch."""
+    registered = EVALUATIONS[evaluation]
     method = runs[name].method if name in runs else None
-    section = (params.mteb_for(method) if stage == "mteb" else params.senteval).model_dump(
-        mode="json"
-    )
+    settings = params.evaluation_settings(evaluation, method)
     return content_hash(
         {
-            "stage": stage,
+            "stage": evaluation,
             "evaluated": evaluated_identity(name, params, runs),
-            "params": section,
-            "data": content_hash(dataset_checksums(EVALUATION_DATA[stage])),
-            "code": code_identity(EVALUATION_CODE[stage]),
+            "params": settings.model_dump(mode="json"),
+            "data": content_hash(settings.data_identity()),
+            "code": code_identity(registered.code_modules),
             "environment": id_environment(params.identity.environment),
         }
     )

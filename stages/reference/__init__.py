@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from stages.core.params import STS_TASKS, TRANSFER_TASKS
+from stages.core.evaluations import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS, STSB_DEV_TASK
 
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
 
@@ -39,12 +39,12 @@ MTEB_DATASETS = dict(zip(MTEB_CATEGORIES, (12, 11, 3, 4, 15, 10, 1), strict=True
 STS_AVG, TR_AVG, MTEB_AVG = "STS_avg", "TR_avg", "MTEB_avg"
 # STS-B development set (alignment/uniformity, dev Spearman); training batches (angles, the
 # uniformity of untrained checkpoints over in-batch samples).
-STSB_DEV, TRAIN_BATCH = "STSBenchmark_dev", "train_batch"
+STSB_DEV, TRAIN_BATCH = STSB_DEV_TASK, "train_batch"
 
 # metric -> (tasks it is reported on, units it is printed in)
 METRICS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "spearman": (frozenset((*STS_TASKS, STS_AVG, STSB_DEV)), frozenset(("x100", "raw"))),
-    "accuracy": (frozenset((*TRANSFER_TASKS, TR_AVG)), frozenset(("x100",))),
+    "spearman": (frozenset((*SENTEVAL_STS_TASKS, STS_AVG, STSB_DEV)), frozenset(("x100", "raw"))),
+    "accuracy": (frozenset((*SENTEVAL_TRANSFER_TASKS, TR_AVG)), frozenset(("x100",))),
     "mteb_main_score": (frozenset((*MTEB_CATEGORIES, MTEB_AVG)), frozenset(("x100",))),
     "p_value": (frozenset((STS_AVG,)), frozenset(("raw",))),
     "alignment": (frozenset((STSB_DEV,)), frozenset(("raw",))),

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from stages.core import layout
+from stages.core.evaluations import STSB_DEV_TASK
 from stages.core.params import Params
 from stages.core.run_store import origin_label
 from stages.core.runs import plan_baselines, plan_runs
@@ -23,7 +24,6 @@ from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
 from stages.senteval_protocol.sts import ALIGNMENT_THRESHOLD
 
-RESULT_FILES = ("train", "senteval", "mteb")
 RESULT_SCHEMA = {
     "experiment": pl.String,
     "kind": pl.String,  # run | baseline
@@ -31,7 +31,7 @@ RESULT_SCHEMA = {
     "method": pl.String,
     "backbone": pl.String,
     "seed": pl.Int64,
-    "source": pl.String,  # train | senteval | mteb
+    "source": pl.String,  # train | a registered evaluation (stages.core.evaluations)
     "task": pl.String,
     "metric": pl.String,
     "value": pl.Float64,
@@ -120,7 +120,7 @@ def environment_label(execution: dict[str, Any]) -> str:
 
 
 def train_rows(pointer: dict[str, Any]) -> list[tuple[str, str, float]]:
-    rows = [("STSBenchmark_dev", "best_spearman", pointer.get("best_dev_spearman"))]
+    rows = [(STSB_DEV_TASK, "best_spearman", pointer.get("best_dev_spearman"))]
     rows += [("training", key, pointer.get(key)) for key in ("best_step", "steps", "wall_time_s")]
     return [r for r in rows if isinstance(r[2], int | float)]
 
@@ -134,9 +134,7 @@ def senteval_rows(result: dict[str, Any]) -> list[tuple[str, str, float]]:
     if "transfer_avg" in summary:
         rows.append(("TR_avg", "accuracy", summary["transfer_avg"]))
     geometry = result.get("alignment_uniformity", {})
-    rows += [
-        ("STSBenchmark_dev", k, geometry[k]) for k in ("alignment", "uniformity") if k in geometry
-    ]
+    rows += [(STSB_DEV_TASK, k, geometry[k]) for k in ("alignment", "uniformity") if k in geometry]
     return rows
 
 
@@ -162,6 +160,16 @@ def curve_rows(curves: dict[str, pl.DataFrame]) -> list[tuple[str, str, float]]:
     return rows
 
 
+def score_rows(result: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """A registered evaluation's ``scores``: {task: {metric: value}} (docs/extending.md)."""
+    return [
+        (task, metric, value)
+        for task, metrics in result.get("scores", {}).items()
+        for metric, value in metrics.items()
+    ]
+
+
+# The result files whose layout predates the registry; every other evaluation writes `scores`.
 READERS = {"train": train_rows, "senteval": senteval_rows, "mteb": mteb_rows}
 
 
@@ -175,6 +183,15 @@ def read_curves(experiment: str, root: Path) -> dict[str, pl.DataFrame]:
             except (OSError, pl.exceptions.PolarsError):
                 continue
     return curves
+
+
+def is_planned(params: Params, entry: Planned, source: str) -> bool:
+    """Whether the experiment has output ``source``: training for runs only, each evaluation
+    where it is enabled."""
+    if source == "train":
+        return entry.kind == "run"
+    method = entry.method if entry.kind == "run" else None
+    return params.evaluation_settings(source, method).is_enabled()
 
 
 def collect(params: Params, root: Path = Path(".")) -> Collected:
@@ -193,11 +210,8 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
             "seed": entry.seed,
         }
         state: dict[str, Any] = {**identity}
-        for source in RESULT_FILES:
-            if (source == "train" and entry.kind == "baseline") or (
-                source == "mteb"
-                and not params.mteb_for(entry.method if entry.kind == "run" else None).enabled
-            ):
+        for source in ("train", *params.planned_evaluations()):
+            if not is_planned(params, entry, source):
                 state[source] = "n/a"
                 continue
             data, state[source] = read_json(
@@ -214,7 +228,7 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
             if entry.kind == "run" and recorded != entry.run_id:
                 state[source] = f"stale: run {recorded}, planned {entry.run_id}"
                 continue
-            for task, metric, value in READERS[source](data):
+            for task, metric, value in READERS.get(source, score_rows)(data):
                 rows.append(
                     {
                         **identity,

@@ -15,6 +15,8 @@ from typing import Literal
 import polars as pl
 from scipy import stats
 
+from stages.core.evaluations import EVALUATIONS
+
 Test = Literal["paired_t", "wilcoxon"]
 SCHEMA = {
     "method": pl.String,
@@ -44,9 +46,6 @@ def paired_test(a: list[float], b: list[float], test: Test) -> tuple[float | Non
     return (statistic if math.isfinite(statistic) else None), (p if math.isfinite(p) else None)
 
 
-EVALUATION_SOURCES = ("senteval", "mteb")
-
-
 def significance(
     results: pl.DataFrame, baseline: str | None, test: Test = "paired_t"
 ) -> pl.DataFrame:
@@ -55,7 +54,7 @@ def significance(
     runs = results.filter(
         pl.col("kind") == "run",
         pl.col("seed").is_not_null(),
-        pl.col("source").is_in(EVALUATION_SOURCES),
+        pl.col("source").is_in(list(EVALUATIONS)),
     )
     if baseline is None or runs.is_empty():
         return pl.DataFrame(schema=SCHEMA)

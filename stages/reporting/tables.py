@@ -12,6 +12,7 @@ it compares, for the objectives that have both: a published number is what one o
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -190,7 +191,9 @@ def _cell(ours: float | None, paper: float | None, digits: int) -> str:
     return f"{ours:.{digits}f} / {paper:.{digits}f} ({ours - paper:+.{digits}f})"
 
 
-def results_table(summary: pl.DataFrame, source_tasks: list[str], metric: str, title: str) -> Table:
+def results_table(
+    summary: pl.DataFrame, source_tasks: Sequence[str], metric: str, title: str
+) -> Table:
     """Our mean ± std over seeds for every method x backbone (published or not)."""
     part = summary.filter(pl.col("metric") == metric, pl.col("task").is_in(source_tasks))
     tasks = [t for t in source_tasks if t in set(part["task"])]
@@ -214,8 +217,8 @@ def results_table(summary: pl.DataFrame, source_tasks: list[str], metric: str, t
     )
 
 
-def status_table(status: pl.DataFrame) -> Table:
-    columns = ["experiment", "run_id", "train", "senteval", "mteb", "origin", "environment"]
+def status_table(status: pl.DataFrame, evaluations: Sequence[str]) -> Table:
+    columns = ["experiment", "run_id", "train", *evaluations, "origin", "environment"]
     rows = [
         [MISSING if r.get(c) is None else str(r[c]) for c in columns]
         for r in status.iter_rows(named=True)

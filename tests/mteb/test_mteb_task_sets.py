@@ -8,6 +8,7 @@ from pathlib import Path
 import mteb
 import pytest
 
+from stages.core.evaluations import MtebParams
 from stages.core.mteb_task_sets import (
     SIMACE56,
     SIMACE56_BENCHMARK,
@@ -16,7 +17,7 @@ from stages.core.mteb_task_sets import (
     task_names,
     unknown_task_names,
 )
-from stages.core.params import MtebParams, ParamsError, load_params
+from stages.core.params import ParamsError, load_params
 from stages.mteb_protocol.tasks import build_tasks
 
 PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"

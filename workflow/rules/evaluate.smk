@@ -1,40 +1,25 @@
-rule senteval:
+# One rule for every registered evaluation (stages/core/evaluations.py): the job of
+# (evaluation, experiment) gives the stage module, inputs, code fingerprint and time limit.
+rule evaluate:
     input:
-        JOBS.inputs("senteval", wildcard="experiment"),
+        JOBS.inputs("{evaluation}", wildcard="experiment"),
     output:
-        "experiments/{experiment}/senteval.json",
+        "experiments/{experiment}/{evaluation}.json",
     log:
-        "logs/senteval/{experiment}.log",
+        "logs/{evaluation}/{experiment}.log",
+    wildcard_constraints:
+        evaluation=JOBS.evaluations_pattern,
+        experiment="[^/]+",
     conda:
         PIPELINE_ENV
     params:
         args=JOBS.params_arg,
         on_gpu=JOBS.on_gpu,
-        fingerprint=JOBS.fingerprint("senteval", wildcard="experiment"),
+        module=JOBS.module("{evaluation}", wildcard="experiment"),
+        fingerprint=JOBS.fingerprint("{evaluation}", wildcard="experiment"),
     resources:
         gpu=1,
-        runtime=JOBS.runtime("senteval", wildcard="experiment"),
+        runtime=JOBS.runtime("{evaluation}", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m stages.evaluate_senteval --experiment {wildcards.experiment:q}"
-        "{params.args} 2>&1 | tee {log}"
-
-
-rule mteb:
-    input:
-        JOBS.inputs("mteb", wildcard="experiment"),
-    output:
-        "experiments/{experiment}/mteb.json",
-    log:
-        "logs/mteb/{experiment}.log",
-    conda:
-        PIPELINE_ENV
-    params:
-        args=JOBS.params_arg,
-        on_gpu=JOBS.on_gpu,
-        fingerprint=JOBS.fingerprint("mteb", wildcard="experiment"),
-    resources:
-        gpu=1,
-        runtime=JOBS.runtime("mteb", wildcard="experiment"),
-    shell:
-        "{params.on_gpu} python -m stages.evaluate_mteb --experiment {wildcards.experiment:q}"
+        "{params.on_gpu} python -m {params.module} --experiment {wildcards.experiment:q}"
         "{params.args} 2>&1 | tee {log}"

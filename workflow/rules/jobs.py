@@ -1,5 +1,7 @@
 """The glue between stages.core.jobs and the rules: each rule looks its job up by (stage, key),
-so the inputs, code fingerprints and time limits are exactly those of dvc.yaml."""
+so the inputs, code fingerprints and time limits are exactly those of dvc.yaml. A stage written
+as a wildcard ("{evaluation}") is read from the job's wildcards: one rule serves every
+registered evaluation."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stages.core.estimates import job_limit_minutes
+from stages.core.evaluations import EVALUATIONS
 from stages.core.jobs import Job, build_jobs, job_fingerprint, triplets_sources
 from stages.core.params import Params
 from stages.core.runs import Run, plan_runs
@@ -28,6 +31,7 @@ class RuleJobs:
         self.sources = triplets_sources(self.runs)
         # " --params FILE" unless the default params.yaml is used (the same for every job)
         self.params_arg = next(iter(self.jobs.values())).params_arg
+        self.evaluations_pattern = "|".join(EVALUATIONS)
 
     def triplets_source(self, wildcards: Any) -> Run:
         """The run whose backbone and method the triplets job of this id is made for."""
@@ -37,7 +41,13 @@ class RuleJobs:
         return [out for job in self.jobs.values() for out in job.outputs]
 
     def job(self, stage: str, key: str | None, wildcards: Any, wildcard: str | None) -> Job:
+        if stage.startswith("{"):
+            stage = wildcards[stage.strip("{}")]
         return self.jobs[stage, wildcards[wildcard] if wildcard else key]
+
+    def module(self, stage: str, wildcard: str) -> Callable:
+        """The job's stage module (``python -m <module>``)."""
+        return lambda w: self.job(stage, None, w, wildcard).module
 
     def inputs(self, stage: str, key: str | None = None, wildcard: str | None = None) -> Callable:
         return lambda w: list(self.job(stage, key, w, wildcard).deps)

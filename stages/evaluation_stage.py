@@ -1,0 +1,81 @@
+"""What every evaluation stage shares: its command line's target (a planned experiment, or any
+model with ``--model``), the stored result of the same evaluation, and the results JSON.
+
+A registered evaluation (``stages.core.evaluations``) run for a planned experiment with its
+params as written is stored under its id (``stages.core.runs.evaluation_id``) and reused from
+there when it is asked for again; with flags that change what it computes it is an ad hoc run,
+written only where ``--output`` says.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stages.core.atomic import write_json
+from stages.core.environment import software
+from stages.core.errors import StageError
+from stages.core.evaluations import output_file
+from stages.core.params import POOLERS, Params
+from stages.core.run_store import reuse_evaluation, store_evaluation
+from stages.evaluation_target import encoder_for, load_encoder
+from stages.modeling.encoder import SentenceEncoder
+
+# (encoder, output path) -> the results the stage computes
+Evaluate = Callable[[SentenceEncoder, Path], dict[str, Any]]
+
+
+def add_target_arguments(p: argparse.ArgumentParser, max_length_help: str) -> None:
+    """--experiment | --model, and how to load --model."""
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--experiment", help="a run of the matrix or baseline.<key>")
+    target.add_argument("--model", help="HF id, model dir, checkpoint dir, package:<module>")
+    p.add_argument("--pooler", choices=POOLERS, help="required unless the dir has encoder.json")
+    p.add_argument("--revision", default="main", help="hub revision of --model")
+    p.add_argument("--output", help="results JSON (default with --experiment: experiments/...)")
+    p.add_argument("--max-length", type=int, help=max_length_help)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+
+
+def run_evaluation(
+    evaluation: str,
+    args: argparse.Namespace,
+    params: Params | None,
+    evaluate: Evaluate,
+    *,
+    as_planned: bool,
+    batch_size: int,
+) -> tuple[Path, dict[str, Any] | None]:
+    """Score the target of ``args`` and write the results JSON (with the environment; stored
+    under the evaluation's id when ``as_planned``). Returns the output and the results, or None
+    for the results when the stored result of the same evaluation was written instead."""
+    if args.experiment:
+        if params is None:
+            raise StageError(f"--experiment needs a params file; {args.params} not found")
+        output = Path(args.output or output_file(evaluation, args.experiment))
+        if as_planned and reuse_evaluation(evaluation, args.experiment, params, output):
+            return output, None
+        encoder = encoder_for(args.experiment, params, batch_size=batch_size)
+    elif not args.output:
+        raise StageError("--output is required with --model (where to write the results JSON)")
+    else:
+        output = Path(args.output)
+        options = {"max_length": args.max_length} if args.max_length else {}
+        encoder = load_encoder(
+            args.model,
+            args.pooler,
+            revision=args.revision,
+            batch_size=batch_size,
+            device=args.device,
+            precision=args.precision,
+            **options,
+        )
+    results = evaluate(encoder, output)
+    record = {**results, "environment": software()}
+    if as_planned and params is not None:
+        record = store_evaluation(evaluation, args.experiment, params, record)
+    write_json(output, record)
+    return output, results

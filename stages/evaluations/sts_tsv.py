@@ -1,0 +1,117 @@
+"""Stage: score your own STS-style data as SentEval scores STS (the worked example of
+docs/extending.md, "Add an evaluation").
+
+    python -m stages.evaluations.sts_tsv --experiment NAME [--params FILE]
+    python -m stages.evaluations.sts_tsv --model NAME_OR_DIR [--pooler P] [--file NAME=TSV ...]
+        --output results.json
+
+Each file of params.yaml's ``evaluations.sts_tsv.files`` (or ``--file``) is a TSV whose first
+line is the header ``sentence1<TAB>sentence2<TAB>score``, then one pair per line. The pairs are
+encoded by the experiment's evaluation encoder (the pooler and precision SentEval's STS uses) and
+scored with SentEval's arithmetic (``stages.senteval_protocol.sts``): the cosine of the two
+embeddings against the gold score, Pearson and Spearman x100. ``--experiment`` writes
+``experiments/<NAME>/sts_tsv.json``, whose ``scores`` ({task: {spearman, pearson}}) the report
+reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from stages.cli import parser, run
+from stages.core.data_check import sha256_of
+from stages.core.errors import StageError
+from stages.core.evaluations import StsTsvParams
+from stages.core.params import DEFAULT_PARAMS, load_params
+from stages.evaluation_stage import add_target_arguments, run_evaluation
+from stages.modeling.encoder import EncoderError, SentenceEncoder
+from stages.senteval_protocol.loaders import DataFile, StsPairs, StsTask
+from stages.senteval_protocol.sts import score_sts
+
+HEADER = ("sentence1", "sentence2", "score")
+
+
+def read_pairs(name: str, path: Path) -> StsTask:
+    """The scored pairs of one TSV file; a StageError naming the file and line of a problem."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise StageError(f"{path}: cannot read it: {err}") from None
+    if not lines or tuple(lines[0].split("\t")) != HEADER:
+        raise StageError(f"{path}: line 1 must be the header {'<TAB>'.join(HEADER)}")
+    sent1, sent2, scores = [], [], []
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split("\t")
+        if len(fields) != len(HEADER):
+            raise StageError(f"{path}:{number}: {len(fields)} tab-separated columns, not 3")
+        try:
+            scores.append(float(fields[2]))
+        except ValueError:
+            raise StageError(f"{path}:{number}: score {fields[2]!r} is not a number") from None
+        sent1.append(fields[0])
+        sent2.append(fields[1])
+    if len(scores) < 2:
+        raise StageError(f"{path}: fewer than two pairs, so no correlation")
+    pairs = StsPairs(name, sent1, sent2, np.array(scores, dtype=np.float64))
+    return StsTask(name, (pairs,), (DataFile(str(path), sha256_of(path), len(lines)),))
+
+
+def score_files(encoder: SentenceEncoder, files: dict[str, str]) -> dict[str, Any]:
+    """Pearson and Spearman x100 of ``encoder`` on every file (all read before encoding)."""
+    tasks = {name: read_pairs(name, Path(path)) for name, path in files.items()}
+    try:
+        scored = {name: score_sts(task, encoder)[name] for name, task in tasks.items()}
+    except EncoderError as err:
+        raise StageError(str(err)) from None
+    return {
+        "encoder": encoder.describe(),
+        "tasks": {
+            name: {**scored[name], "file": task.files[0].path, "sha256": task.files[0].sha256}
+            for name, task in tasks.items()
+        },
+        "scores": {
+            name: {"spearman": result["spearman"], "pearson": result["pearson"]}
+            for name, result in scored.items()
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__.splitlines()[0])
+    add_target_arguments(p, max_length_help="tokenizer truncation length (default: 512)")
+    p.add_argument("--file", action="append", metavar="NAME=TSV", help="default: params' files")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+    explicit = args.params != str(DEFAULT_PARAMS)
+    params = load_params(args.params) if Path(args.params).is_file() or explicit else None
+    planned = params.evaluations.sts_tsv if params else StsTsvParams()
+    try:
+        files = dict(f.split("=", 1) for f in args.file) if args.file else planned.files
+        settings = planned.model_copy(update={"files": StsTsvParams(files=files).files})
+    except (ValueError, ValidationError) as err:
+        raise StageError(f"--file NAME=TSV: {err}") from None
+    if not settings.files:
+        raise StageError("no file to score: set evaluations.sts_tsv.files or pass --file NAME=TSV")
+    output, results = run_evaluation(
+        "sts_tsv",
+        args,
+        params,
+        lambda encoder, _: score_files(encoder, settings.files),
+        # the matrix's own evaluation (its files as params give them) is stored under its id
+        as_planned=bool(args.experiment) and not args.file and not args.output,
+        batch_size=settings.batch_size,
+    )
+    for name, scores in (results or {}).get("scores", {}).items():
+        print(f"{name}: Spearman {scores['spearman']:.2f}, Pearson {scores['pearson']:.2f}")
+    print(f"wrote {output}" + ("" if results else " (the stored result of the same evaluation)"))
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,83 @@
+"""The evaluation registry: one job per enabled evaluation, ids that cover what each evaluation
+computes, and the task lists the docs and the SentEval loaders carry equal to the registry's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from stages.core.evaluations import (
+    EVALUATIONS,
+    SENTEVAL_STS_TASKS,
+    SENTEVAL_TRANSFER_TASKS,
+    with_evaluations_table,
+)
+from stages.core.jobs import build_jobs
+from stages.core.mteb_task_sets import TASK_SETS
+from stages.core.params import parse_params
+from stages.core.runs import evaluation_id, plan_runs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def smoke() -> dict:
+    return yaml.safe_load((REPO / "presets" / "smoke.yaml").read_text())
+
+
+def test_readme_lists_the_registered_evaluations() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert with_evaluations_table(readme) == readme, "run `python -m stages.pipeline docs`"
+
+
+def test_the_docs_mteb_sts_set_is_the_registrys() -> None:
+    row = next(
+        line
+        for line in (REPO / "docs" / "mteb.md").read_text().splitlines()
+        if line.startswith("| `sts` |")
+    )
+    listed = row.split("|")[2].split(":")[0].split(",")
+    assert tuple(name.strip() for name in listed) == TASK_SETS["sts"]
+
+
+def test_the_senteval_loaders_read_the_registrys_tasks() -> None:
+    # the loaders are training code (STS-B dev): their own lists keep every run's id as it was
+    from stages.senteval_protocol.loaders import STS_TASKS, TRANSFER_TASKS
+
+    assert (STS_TASKS, TRANSFER_TASKS) == (SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS)
+
+
+def test_one_job_per_experiment_and_enabled_evaluation() -> None:
+    raw = smoke()
+    raw["methods"]["simcse"]["mteb"] = {"enabled": False}
+    raw["evaluations"] = {"sts_tsv": {"files": {"own": "own.tsv"}}}
+    params = parse_params(raw)
+    experiments = [*plan_runs(params), *(f"baseline.{b}" for b in params.baselines)]
+    jobs = {(job.stage, job.key): job for job in build_jobs(params) if job.stage in EVALUATIONS}
+    for name in experiments:
+        mteb = not name.startswith("simcse.")
+        assert {e for e in EVALUATIONS if (e, name) in jobs} == {"senteval", "sts_tsv"} | (
+            {"mteb"} if mteb else set()
+        )
+        own = jobs["sts_tsv", name]
+        assert own.cmd.startswith("python -m stages.evaluations.sts_tsv --experiment")
+        assert "own.tsv" in own.deps and own.metrics == (f"experiments/{name}/sts_tsv.json",)
+        assert "evaluations.sts_tsv" in own.params
+    # off by default: the smoke preset's graph has no sts_tsv job
+    assert not [job for job in build_jobs(parse_params(smoke())) if job.stage == "sts_tsv"]
+
+
+def test_an_evaluation_id_covers_its_own_settings_and_no_others() -> None:
+    raw = smoke()
+    raw["evaluations"] = {"sts_tsv": {"files": {"own": "own.tsv"}}}
+    name = "simcse.tiny-bert.s42"
+
+    def ids(tree: dict) -> dict[str, str]:
+        params = parse_params(tree)
+        return {e: evaluation_id(e, name, params, plan_runs(params)) for e in EVALUATIONS}
+
+    before = ids(raw)
+    assert len(set(before.values())) == len(EVALUATIONS)
+    raw["evaluations"]["sts_tsv"]["batch_size"] = 7
+    after = ids(raw)
+    assert {e for e in EVALUATIONS if before[e] != after[e]} == {"sts_tsv"}
