@@ -179,7 +179,9 @@ class SentenceEncoder:
             )
         # A family without a pooler of its own keeps a trained head beside the weights
         restore_pooler_head(model, self.location)
-        if self.pooler == "cls" and (len(encoder_missing) < len(missing) or pooler_head(model) is None):
+        if self.pooler == "cls" and (
+            len(encoder_missing) < len(missing) or pooler_head(model) is None
+        ):
             raise EncoderError(
                 f"{self.model_name}: pooler 'cls' needs the trained pooler (dense + tanh) "
                 "weights, which the checkpoint lacks; use cls_before_pooler"

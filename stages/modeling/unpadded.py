@@ -300,16 +300,20 @@ def _mpnet_position_bias(
     return bias + model.encoder.compute_position_bias(embedded[:1])
 
 
+Embed = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor | None], torch.Tensor]
+PackedLayer = Callable[[nn.Module, torch.Tensor, torch.Tensor, Packing], torch.Tensor]
+PositionBias = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
 @dataclass(frozen=True)
 class PackedLayout:
-    """Where a layer structure keeps its modules, and its packed layer."""
+    """A layer structure: its embeddings (padded), where its layers are, one layer over packed
+    tokens, and what it adds to the padding mask (MPNet: its relative position bias)."""
 
-    embed: Callable[[PreTrainedModel, torch.Tensor, torch.Tensor | None], torch.Tensor]
+    embed: Embed
     layers_path: tuple[str, ...]
-    layer: Callable[[nn.Module, torch.Tensor, torch.Tensor, Packing], torch.Tensor]
-    position_bias: (
-        Callable[[PreTrainedModel, torch.Tensor, torch.Tensor], torch.Tensor] | None
-    ) = None
+    layer: PackedLayer
+    position_bias: PositionBias | None = None
 
     def layers(self, model: nn.Module) -> nn.ModuleList:
         for name in self.layers_path:

@@ -102,6 +102,12 @@ class ContrastiveModel(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.adapter = adapter_for(encoder.config.model_type)
+        if pooler == "cls" and pooler_head(encoder) is None:
+            raise ValueError(
+                f"pooler 'cls': {self.adapter.family} has no pooler of its own and none was "
+                "trained (only training with pooler cls attaches one); use cls_before_pooler, "
+                "mean or first_last_mean"
+            )
         self.pooler = pooler
         self.view_dropout = view_dropout
         self.triplet_dropout = triplet_dropout

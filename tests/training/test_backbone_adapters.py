@@ -9,7 +9,6 @@ To add a family: its adapter, and its tiny config in ``TINY_CONFIGS`` (docs/exte
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,7 +52,12 @@ SENTENCES = [
     "it rains in the south of france today , and tomorrow it will rain again",
     "ok",
 ]
-PACKED = [t for t, a in ADAPTERS.items() if a.packed_layout is not None]
+PACKED_CASES = [
+    (t, implementation)
+    for t, a in ADAPTERS.items()
+    if a.packed_layout is not None
+    for implementation in a.attention
+]
 PADDED_ONLY = [t for t, a in ADAPTERS.items() if a.packed_layout is None]
 
 
@@ -74,7 +78,10 @@ def backbones(tokenizer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
             for name in ("pad", "cls", "sep")
         }
         if model_type == "modernbert":
-            special |= {"bos_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id}
+            special |= {
+                "bos_token_id": tokenizer.cls_token_id,
+                "eos_token_id": tokenizer.sep_token_id,
+            }
         config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **special, **extra)
         config.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
@@ -187,7 +194,9 @@ def test_a_few_training_steps_and_the_saved_head_read_back(
     assert np.isfinite(metrics["best"]["spearman"])
     initial = load_backbone(spec, seed=job.seed, dropout=0.1)
     final = load_file(tmp_path / "run" / "final" / "model.safetensors")
-    changed = [k for k, v in initial.state_dict().items() if k in final and not torch.equal(v, final[k])]
+    changed = [
+        k for k, v in initial.state_dict().items() if k in final and not torch.equal(v, final[k])
+    ]
     assert len(changed) > len(final) // 2
     assert {"pooler.dense.weight", "pooler.dense.bias"} <= final.keys()
 
@@ -210,7 +219,9 @@ def test_padded_forward_equals_hugging_faces_under_each_attention_implementation
     ids, mask = padded_batch(tokenizer)
     outputs = {}
     for implementation in adapter_for(model_type).attention:
-        encoder = load_backbone(backbones[model_type], dropout=0.0, attn_implementation=implementation)
+        encoder = load_backbone(
+            backbones[model_type], dropout=0.0, attn_implementation=implementation
+        )
         model = ContrastiveModel(encoder.eval(), "mean", unpad=False)
         with torch.no_grad():
             outputs[implementation] = model.embed(ids, mask)
@@ -231,32 +242,33 @@ def test_modernbert_needs_the_2d_mask_for_its_sliding_window(backbones, tokenize
     ids, mask = padded_batch(tokenizer)
     with torch.no_grad():
         two_d = encoder(input_ids=ids, attention_mask=mask.long()).last_hidden_state
-        four_d = encoder(input_ids=ids, attention_mask=attention_bias(mask, "sdpa")).last_hidden_state
+        four_d = encoder(
+            input_ids=ids, attention_mask=attention_bias(mask, "sdpa")
+        ).last_hidden_state
     assert not torch.allclose(two_d[mask], four_d[mask], atol=1e-4)
 
 
 @pytest.mark.parametrize("pooler", POOLERS)
-@pytest.mark.parametrize("model_type", PACKED)
+@pytest.mark.parametrize(("model_type", "implementation"), PACKED_CASES)
 def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
-    model_type: str, pooler: str, backbones, tokenizer
+    model_type: str, implementation: str, pooler: str, backbones, tokenizer
 ) -> None:
-    for implementation in adapter_for(model_type).attention:
-        encoder = load_backbone(backbones[model_type], dropout=0.0, attn_implementation=implementation)
-        if pooler == "cls":
-            reset_mlp_head(encoder, seed=1)
-        ids, mask = padded_batch(tokenizer)
-        model = ContrastiveModel(encoder, pooler)
-        assert model.unpadded
-        padded = output_and_grads(encoder, lambda: reference(encoder, ids, mask, pooler))
-        unpadded = output_and_grads(encoder, lambda model=model: model.embed(ids, mask))
-        assert_same(unpadded, padded)
-        encoder.eval()
-        sentences = SENTENCES * 2 + ["another sentence of medium length here"]
-        np.testing.assert_allclose(
-            embed(encoder, tokenizer, sentences, pooler, batch_size=3),
-            embed(encoder, tokenizer, sentences, pooler, batch_size=3, unpad=False),
-            rtol=1e-5, atol=1e-6,
-        )  # fmt: skip
+    encoder = load_backbone(backbones[model_type], dropout=0.0, attn_implementation=implementation)
+    if pooler == "cls":
+        reset_mlp_head(encoder, seed=1)
+    ids, mask = padded_batch(tokenizer)
+    model = ContrastiveModel(encoder, pooler)
+    assert model.unpadded
+    padded = output_and_grads(encoder, lambda: reference(encoder, ids, mask, pooler))
+    unpadded = output_and_grads(encoder, lambda: model.embed(ids, mask))
+    assert_same(unpadded, padded)
+    encoder.eval()
+    sentences = SENTENCES * 2 + ["another sentence of medium length here"]
+    np.testing.assert_allclose(
+        embed(encoder, tokenizer, sentences, pooler, batch_size=3),
+        embed(encoder, tokenizer, sentences, pooler, batch_size=3, unpad=False),
+        rtol=1e-5, atol=1e-6,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("model_type", PADDED_ONLY)
@@ -267,6 +279,8 @@ def test_families_without_a_packed_forward_fall_back_to_the_padded_one(
     reset_mlp_head(encoder, seed=1)
     assert isinstance(encoder.pooler, PoolerHead)
     assert adapter_for(model_type).padded_only in unpadding_unsupported(encoder)
+    with pytest.raises(ValueError, match="has no pooler of its own"):
+        ContrastiveModel(load_backbone(backbones[model_type], dropout=0.0), "cls")
     ids, mask = padded_batch(tokenizer)
     for pooler in POOLERS:
         model = ContrastiveModel(encoder, pooler, unpad=True)
