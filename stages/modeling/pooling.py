@@ -1,7 +1,8 @@
 """Sentence representations from a Hugging Face encoder's outputs (SimCSE's poolers).
 
 - ``cls``: the [CLS] state through the dense + tanh head (during training SimCSE's fresh MLP,
-  saved into the backbone's pooler slot, so evaluators read it back as ``pooler_output``);
+  saved into the backbone's pooler slot, so evaluators read it back: ``pooler_output`` of a
+  family with a pooler of its own, else the attached ``pooler_head.PoolerHead``);
 - ``cls_before_pooler``: the raw last-layer [CLS] state (SimCSE's unsupervised evaluation);
 - ``mean``: the mean of last-layer token states over the attention mask;
 - ``first_last_mean``: the masked mean of the average of the first and last layers' states
@@ -27,12 +28,17 @@ def masked_mean(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
     return (states * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
 
 
-def pool(outputs: Any, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
-    """(batch, hidden) sentence vectors from a model output with ``last_hidden_state``."""
+def pool(
+    outputs: Any, attention_mask: torch.Tensor, pooler: str, head: torch.nn.Module | None = None
+) -> torch.Tensor:
+    """(batch, hidden) sentence vectors from a model output with ``last_hidden_state``
+    (``head``: the model's pooler module, for ``cls`` when the output has no ``pooler_output``)."""
     if pooler == "cls":
-        if getattr(outputs, "pooler_output", None) is None:
+        if getattr(outputs, "pooler_output", None) is not None:
+            return outputs.pooler_output
+        if head is None:
             raise ValueError("pooler 'cls' needs a backbone with a pooler (dense + tanh) layer")
-        return outputs.pooler_output
+        return head(outputs.last_hidden_state)
     if pooler == "cls_before_pooler":
         return outputs.last_hidden_state[:, 0]
     if pooler == "mean":

@@ -8,7 +8,8 @@ so ``SentenceTransformer(path)`` computes exactly the evaluation pooler of ``enc
 - ``cls_before_pooler``: Pooling ``cls`` (the last layer's [CLS] state, no BERT pooler);
 - ``mean``: Pooling ``mean`` over the attention mask;
 - ``cls``: Pooling ``cls`` then Dense + tanh carrying the trained pooler's weights (the checkpoint's
-  ``pooler.dense``, SimCSE's MLP head);
+  ``pooler.dense``, SimCSE's MLP head; read from the saved weights, since for a family without a
+  pooler of its own, ``stages.modeling.pooler_head``, AutoModel does not load them);
 - ``first_last_mean``: sentence-transformers has no such pooling mode, so it is built from two of
   its stock modules: WeightedLayerPooling over hidden_states[1:] with weight 1 on the first
   Transformer layer and on the last and 0 between, then Pooling ``mean``. The layers come from
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig
+
+from stages.modeling.pooler_head import saved_head_weights
 
 ST_MODULES_FILE = "modules.json"
 # What sentence-transformers writes for its first module (the transformer) into the model's own
@@ -57,11 +60,13 @@ def sentence_transformer_modules(model_dir: Path, pooler: str) -> list[torch.nn.
     if pooler == "mean":
         return [transformer, Pooling(dim, "mean")]
     if pooler == "cls":
-        head = getattr(transformer.model, "pooler", None)
-        if head is None or not hasattr(head, "dense"):
+        weights = saved_head_weights(model_dir)
+        if weights is None:
             raise ValueError(f"{model_dir}: pooler 'cls' needs the model's pooler (dense + tanh)")
-        dense = Dense(dim, head.dense.out_features, bias=True, activation_function=torch.nn.Tanh())
-        dense.linear.load_state_dict(head.dense.state_dict())
+        dense = Dense(dim, dim, bias=True, activation_function=torch.nn.Tanh())
+        dense.linear.load_state_dict(
+            {name.removeprefix("dense."): value for name, value in weights.items()}
+        )
         return [transformer, Pooling(dim, "cls"), dense]
     if pooler == "first_last_mean":
         layers = transformer.model.config.num_hidden_layers

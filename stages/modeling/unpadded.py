@@ -1,4 +1,4 @@
-"""The forward pass of a BERT-family encoder over the real tokens only (no padding computed).
+"""The forward pass of an encoder over the real tokens only (no padding computed).
 
 A dynamically padded batch of short sentences is about a third padding (wiki1m, 32 tokens), and
 a Hugging Face encoder runs every dense layer over it. Here the token states are gathered once
@@ -8,20 +8,29 @@ are scattered back into the padded layout only for the attention itself, which t
 through transformers' own attention function for the model's implementation (SDPA or eager) with
 the padding masked out, and the attention output is gathered again.
 
-The model's own modules and weights do the work (embeddings, ``attention.output``,
-``intermediate``, ``output``, the pooler; Q, K and V as one matrix product with the three
-projections' weights), so checkpoints are unchanged and every state equals the padded forward's
-up to float rounding at the real tokens. Dropout masks are drawn for the packed tokens, so they
-differ from the padded forward's (same distribution, other random numbers).
+The model's own modules and weights do the work (embeddings, the attention output
+projection, feed-forward, LayerNorms, the pooler; Q, K and V as one matrix product with the
+three projections' weights), so checkpoints are unchanged and every state equals the padded
+forward's up to float rounding at the real tokens. Dropout masks are drawn for the packed
+tokens, so they differ from the padded forward's (same distribution, other random numbers).
 
-Supported: BERT, RoBERTa and XLM-RoBERTa encoders (MiniLM checkpoints are BERT) with absolute
-positions and SDPA or eager attention; ``unpadding_unsupported`` says why another model is not
-(the callers then run the padded forward).
+One ``PackedLayout`` per layer structure, named by the family's adapter
+(``stages.modeling.backbone_adapters``: ``packed_layout``):
+
+- ``bert``: BERT, RoBERTa, XLM-RoBERTa (MiniLM checkpoints are BERT), absolute positions, SDPA
+  or eager attention through transformers' attention functions;
+- ``distilbert``: DistilBERT (the same attention functions, its own module names);
+- ``mpnet``: MPNet, eager attention with its relative position bias (one (heads, length,
+  length) table per forward, added to the padding mask).
+
+``unpadding_unsupported`` says why another model is not covered (DeBERTa-v2/v3 and ModernBERT:
+their adapters' ``padded_only``); the callers then run the padded forward.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,7 +42,8 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-MODEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta"})
+from stages.modeling.backbone_adapters import ADAPTERS, find_adapter
+
 # Attention implementations that take a (batch, 1, 1, keys) mask ready made, and its form.
 MASKED_ATTENTION = frozenset({"sdpa", "eager"})
 
@@ -65,16 +75,21 @@ def unpadding_unsupported(model: nn.Module) -> str | None:
     """Why ``packed_forward`` cannot run ``model``, or None when it can."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
-    if model_type not in MODEL_TYPES:
-        return f"model type {model_type!r} is not one of {', '.join(sorted(MODEL_TYPES))}"
-    if config.is_decoder or getattr(config, "add_cross_attention", False):
+    adapter = find_adapter(model_type)
+    if adapter is None:
+        packed = sorted(t for t, a in ADAPTERS.items() if a.packed_layout is not None)
+        return f"model type {model_type!r} is not one of {', '.join(packed)}"
+    if adapter.packed_layout is None:
+        return f"{adapter.family}: {adapter.padded_only}"
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
         return "a decoder (causal or cross attention)"
     if getattr(config, "position_embedding_type", "absolute") != "absolute":
         return f"position embeddings '{config.position_embedding_type}'"
     if config._attn_implementation not in MASKED_ATTENTION:
         return f"attention implementation '{config._attn_implementation}'"
-    if not hasattr(model, "embeddings") or not hasattr(getattr(model, "encoder", None), "layer"):
-        return f"{type(model).__name__} has no embeddings + encoder.layer"
+    missing = PACKED_LAYOUTS[adapter.packed_layout].missing(model)
+    if missing:
+        return f"{type(model).__name__} has no {missing}"
     return None
 
 
@@ -180,29 +195,36 @@ def packed_forward(
     reason = unpadding_unsupported(model)
     if reason is not None:
         raise ValueError(f"cannot unpad {type(model).__name__}: {reason}")
-    embedded = model.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+    layout = PACKED_LAYOUTS[ADAPTERS[model.config.model_type].packed_layout]
+    embedded = layout.embed(model, input_ids, token_type_ids)
     bias = attention_bias(mask, model.config._attn_implementation, embedded.dtype)
+    bias = layout.with_position_bias(model, bias, embedded)
     states = packing.pack(embedded)
     first_layer = None
-    for i, layer in enumerate(model.encoder.layer):
+    for i, layer in enumerate(layout.layers(model)):
         if getattr(layer, "gradient_checkpointing", False) and layer.training:
-            states = checkpoint(_packed_layer, layer, states, bias, packing, use_reentrant=False)
+            states = checkpoint(layout.layer, layer, states, bias, packing, use_reentrant=False)
         else:
-            states = _packed_layer(layer, states, bias, packing)
+            states = layout.layer(layer, states, bias, packing)
         if i == 0 and keep_first_layer:
             first_layer = states
     return PackedStates(states, first_layer)
 
 
-def _qkv(attention: nn.Module, states: torch.Tensor) -> torch.Tensor:
+def _qkv(projections: tuple[nn.Module, nn.Module, nn.Module], states: torch.Tensor) -> torch.Tensor:
     """(tokens, 3 * hidden): Q, K and V in one matrix product when the projections are plain
     Linear layers (else through the modules, e.g. adapters)."""
-    projections = (attention.query, attention.key, attention.value)
     if all(type(p) is nn.Linear and p.bias is not None for p in projections):
         weight = torch.cat([p.weight for p in projections])
         bias = torch.cat([p.bias for p in projections])
         return F.linear(states, weight, bias)
     return torch.cat([p(states) for p in projections], dim=-1)
+
+
+def _split_heads(qkv: torch.Tensor, packing: Packing, heads: int) -> torch.Tensor:
+    """Packed (tokens, 3 * hidden) -> padded (3, batch, heads, length, head_size)."""
+    padded = packing.unpack(qkv)
+    return padded.view(packing.batch, packing.length, 3, heads, -1).permute(2, 0, 3, 1, 4)
 
 
 def _attention_function(attention: nn.Module) -> Callable[..., tuple[torch.Tensor, object]]:
@@ -215,13 +237,12 @@ def _attention_function(attention: nn.Module) -> Callable[..., tuple[torch.Tenso
     return ALL_ATTENTION_FUNCTIONS[implementation]
 
 
-def _packed_layer(
-    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+def _attend(
+    attention: nn.Module, qkv: torch.Tensor, bias: torch.Tensor, packing: Packing, heads: int
 ) -> torch.Tensor:
-    attention = layer.attention.self
-    heads, head_size = attention.num_attention_heads, attention.attention_head_size
-    qkv = packing.unpack(_qkv(attention, states))  # (batch, length, 3 * hidden)
-    q, k, v = qkv.view(packing.batch, packing.length, 3, heads, head_size).permute(2, 0, 3, 1, 4)
+    """Packed attention context (tokens, hidden) through transformers' attention function for
+    the model's implementation, over the padded layout with the padding masked out."""
+    q, k, v = _split_heads(qkv, packing, heads)
     context, _ = _attention_function(attention)(
         attention,
         q,
@@ -231,6 +252,106 @@ def _packed_layer(
         dropout=attention.dropout.p if attention.training else 0.0,
         scaling=attention.scaling,
     )  # (batch, length, heads, head_size)
-    context = packing.pack(context.reshape(packing.batch, packing.length, heads * head_size))
+    return packing.pack(context.reshape(packing.batch, packing.length, -1))
+
+
+def _bert_layer(
+    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+) -> torch.Tensor:
+    attention = layer.attention.self
+    qkv = _qkv((attention.query, attention.key, attention.value), states)
+    context = _attend(attention, qkv, bias, packing, attention.num_attention_heads)
     attended = layer.attention.output(context, states)
     return layer.output(layer.intermediate(attended), attended)
+
+
+def _distilbert_layer(
+    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+) -> torch.Tensor:
+    attention = layer.attention
+    qkv = _qkv((attention.q_lin, attention.k_lin, attention.v_lin), states)
+    context = _attend(attention, qkv, bias, packing, attention.n_heads)
+    attended = layer.sa_layer_norm(attention.out_lin(context) + states)
+    # ff_chunk: the feed-forward itself (its chunking wrapper splits a padded layout's dim 1)
+    return layer.output_layer_norm(layer.ffn.ff_chunk(attended) + attended)
+
+
+def _mpnet_layer(
+    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+) -> torch.Tensor:
+    """MPNet's attention as its own module computes it (eager; ``bias`` holds the relative
+    position bias plus the padding mask)."""
+    attention = layer.attention.attn
+    qkv = _qkv((attention.q, attention.k, attention.v), states)
+    q, k, v = _split_heads(qkv, packing, attention.num_attention_heads)
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(attention.attention_head_size)
+    probs = attention.dropout(F.softmax(scores + bias, dim=-1))
+    context = torch.matmul(probs, v).permute(0, 2, 1, 3)
+    context = packing.pack(context.reshape(packing.batch, packing.length, -1))
+    attended = layer.attention.LayerNorm(layer.attention.dropout(attention.o(context)) + states)
+    return layer.output(layer.intermediate(attended), attended)
+
+
+def _mpnet_position_bias(
+    model: PreTrainedModel, bias: torch.Tensor, embedded: torch.Tensor
+) -> torch.Tensor:
+    """The padding mask plus MPNet's relative position bias, computed for one row (it depends on
+    the length only) and broadcast over the batch."""
+    return bias + model.encoder.compute_position_bias(embedded[:1])
+
+
+Embed = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor | None], torch.Tensor]
+PackedLayer = Callable[[nn.Module, torch.Tensor, torch.Tensor, Packing], torch.Tensor]
+PositionBias = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """A layer structure: its embeddings (padded), where its layers are, one layer over packed
+    tokens, and what it adds to the padding mask (MPNet: its relative position bias)."""
+
+    embed: Embed
+    layers_path: tuple[str, ...]
+    layer: PackedLayer
+    position_bias: PositionBias | None = None
+
+    def layers(self, model: nn.Module) -> nn.ModuleList:
+        for name in self.layers_path:
+            model = getattr(model, name)
+        return model
+
+    def missing(self, model: nn.Module) -> str | None:
+        """The first module the layout needs that ``model`` lacks, or None."""
+        if not hasattr(model, "embeddings"):
+            return "embeddings"
+        found = model
+        for name in self.layers_path:
+            found = getattr(found, name, None)
+            if found is None:
+                return ".".join(self.layers_path)
+        return None
+
+    def with_position_bias(
+        self, model: PreTrainedModel, bias: torch.Tensor, embedded: torch.Tensor
+    ) -> torch.Tensor:
+        return bias if self.position_bias is None else self.position_bias(model, bias, embedded)
+
+
+PACKED_LAYOUTS = {
+    "bert": PackedLayout(
+        lambda model, ids, types: model.embeddings(input_ids=ids, token_type_ids=types),
+        ("encoder", "layer"),
+        _bert_layer,
+    ),
+    "distilbert": PackedLayout(
+        lambda model, ids, types: model.embeddings(input_ids=ids),
+        ("transformer", "layer"),
+        _distilbert_layer,
+    ),
+    "mpnet": PackedLayout(
+        lambda model, ids, types: model.embeddings(input_ids=ids),
+        ("encoder", "layer"),
+        _mpnet_layer,
+        _mpnet_position_bias,
+    ),
+}

@@ -3,15 +3,19 @@
 - Two dropout views from ONE forward pass over the batch duplicated (2N rows, SimCSE): rows i
   and N + i are the same sentence under independent dropout masks.
 - Pooler ``cls`` trains SimCSE's MLP head (Linear + tanh over [CLS], freshly initialised). It
-  lives in the backbone's own pooler slot, so the saved model carries the trained head and an
+  lives in the backbone's own pooler slot (``encoder.pooler``; attached for a family without
+  one, ``stages.modeling.pooler_head``), so the saved model carries the trained head and an
   evaluator's ``cls`` reads it back; ``cls_before_pooler`` skips it.
 - The ArcCSE triplet branch runs with dropout off (every dropout of the encoder, hidden and
   attention) for that forward only; gradients still flow through it.
 - ArcCSE's Table 3 switches: ``view_dropout='first'`` encodes the second view with dropout off
   (its own forward), ``triplet_dropout=True`` keeps dropout on in the triplet branch.
-- ``unpad`` (default on): BERT-family encoders compute only the real tokens
+- ``unpad`` (default on): families with a packed forward compute only the real tokens
   (``stages.modeling.unpadded``); other encoders, or ``unpad=False``, run the padded Hugging Face
-  forward with a ready 4-D attention mask in the form their attention implementation expects.
+  forward, with a ready 4-D attention mask in the form their attention implementation expects
+  where the family's adapter allows it (``ready_mask``), else the 2-D mask.
+
+The encoder's family must have an adapter (``stages.modeling.backbone_adapters``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from stages.modeling.backbone_adapters import adapter_for
+from stages.modeling.pooler_head import attach_pooler_head, pooler_head
 from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
 from stages.modeling.unpadded import (
     Packing,
@@ -34,13 +40,9 @@ from stages.modeling.unpadded import (
 
 def reset_mlp_head(encoder: PreTrainedModel, seed: int) -> None:
     """Re-initialise the pooler's dense layer as SimCSE's fresh ``MLPLayer``: weights
-    N(0, initializer_range^2), zero bias (the backbone's ``_init_weights`` for Linear)."""
-    dense = getattr(getattr(encoder, "pooler", None), "dense", None)
-    if not isinstance(dense, nn.Linear):
-        raise ValueError(
-            f"pooler 'cls' needs a backbone with a dense pooler layer; "
-            f"{type(encoder).__name__} has none (use cls_before_pooler, mean or first_last_mean)"
-        )
+    N(0, initializer_range^2), zero bias (the backbone's ``_init_weights`` for Linear). A family
+    without a pooler gets one attached first."""
+    dense = attach_pooler_head(encoder).dense
     generator = torch.Generator().manual_seed(seed)
     std = getattr(encoder.config, "initializer_range", 0.02)
     with torch.no_grad():
@@ -99,6 +101,13 @@ class ContrastiveModel(nn.Module):
     ) -> None:
         super().__init__()
         self.encoder = encoder
+        self.adapter = adapter_for(encoder.config.model_type)
+        if pooler == "cls" and pooler_head(encoder) is None:
+            raise ValueError(
+                f"pooler 'cls': {self.adapter.family} has no pooler of its own and none was "
+                "trained (only training with pooler cls attaches one); use cls_before_pooler, "
+                "mean or first_last_mean"
+            )
         self.pooler = pooler
         self.view_dropout = view_dropout
         self.triplet_dropout = triplet_dropout
@@ -117,14 +126,19 @@ class ContrastiveModel(nn.Module):
             states = packed_forward(
                 self.encoder, ids, mask, packing, keep_first_layer=needs_hidden_states(self.pooler)
             )
-            return pool_packed(states, packing, self.pooler, getattr(self.encoder, "pooler", None))
-        bias = attention_bias(mask, self.encoder.config._attn_implementation, self.encoder.dtype)
+            return pool_packed(states, packing, self.pooler, pooler_head(self.encoder))
+        if self.adapter.ready_mask:
+            mask_in = attention_bias(
+                mask, self.encoder.config._attn_implementation, self.encoder.dtype
+            )
+        else:
+            mask_in = mask
         outputs = self.encoder(
             input_ids=ids,
-            attention_mask=bias,
+            attention_mask=mask_in,
             output_hidden_states=needs_hidden_states(self.pooler),
         )
-        return pool(outputs, mask, self.pooler)
+        return pool(outputs, mask, self.pooler, pooler_head(self.encoder))
 
     def forward(
         self,

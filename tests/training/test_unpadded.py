@@ -209,15 +209,17 @@ def test_packing_of_a_right_padded_mask() -> None:
         Packing.from_mask(np.array([[0, 1], [1, 1]], dtype=bool))
 
 
-def test_models_outside_the_bert_family_are_not_unpadded(tokenizer) -> None:
+def test_models_without_a_packed_forward_are_not_unpadded(tokenizer) -> None:
     model = encoder("bert", tokenizer)
     assert unpadding_unsupported(model) is None
     model.config._attn_implementation = "flash_attention_2"
     assert "flash_attention_2" in unpadding_unsupported(model)
     assert not ContrastiveModel(model, "cls").unpadded
     model.config._attn_implementation = "sdpa"
-    model.config.model_type = "distilbert"
-    assert "distilbert" in unpadding_unsupported(model)
+    model.config.model_type = "deberta-v2"  # a family whose adapter says padded only
+    assert "disentangled relative attention" in unpadding_unsupported(model)
+    model.config.model_type = "gpt2"
+    assert "'gpt2' is not one of" in unpadding_unsupported(model)
 
 
 # --- issue 16 item 4: the ready 4-D mask under every attention implementation ----------------

@@ -1,0 +1,291 @@
+"""Every supported encoder family (stages/modeling/backbone_adapters.py) on a tiny randomly
+initialised config of its architecture, built offline: dropout set in the family's own keys and
+really on in the views, off in the triplet branch; a few steps of the real training loop with the
+SimCSE head; the padded forward under each attention implementation against Hugging Face's own
+mask handling; the unpadded forward (or its stated fallback) against the padded one.
+
+To add a family: its adapter, and its tiny config in ``TINY_CONFIGS`` (docs/extending.md)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from train_helpers import make_job
+from transformers import AutoConfig
+
+from stages.core.params import POOLERS, BackboneParams, RandomInit
+from stages.modeling.backbone import load_backbone
+from stages.modeling.backbone_adapters import ADAPTERS, adapter_for
+from stages.modeling.encoder import SentenceEncoder, embed
+from stages.modeling.pooler_head import PoolerHead
+from stages.modeling.pooling import pool
+from stages.modeling.unpadded import PACKED_LAYOUTS, attention_bias, unpadding_unsupported
+from stages.training.loop import train
+from stages.training.model import ContrastiveModel, dropout_disabled, reset_mlp_head
+
+# Beyond the shared sizes (RandomInit below): what makes the tiny config its architecture.
+TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    "bert": {},
+    "roberta": {},
+    "xlm-roberta": {},
+    "distilbert": {},
+    # DeBERTa-v3's attention: disentangled relative positions, no absolute position input
+    "deberta-v2": {
+        "relative_attention": True, "position_biased_input": False,
+        "pos_att_type": ["p2c", "c2p"], "max_relative_positions": -1, "position_buckets": 256,
+        "norm_rel_ebd": "layer_norm", "share_att_key": True,
+    },
+    # a sliding window shorter than the test sentences, so the local layers really are local
+    "modernbert": {"global_attn_every_n_layers": 2, "local_attention": 4},
+    "mpnet": {},
+}  # fmt: skip
+SIZES = RandomInit(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+SENTENCES = [
+    "a man is playing a guitar .",
+    "the cat sits",
+    "it rains in the south of france today , and tomorrow it will rain again",
+    "ok",
+]
+PACKED_CASES = [
+    (t, implementation)
+    for t, a in ADAPTERS.items()
+    if a.packed_layout is not None
+    for implementation in a.attention
+]
+PADDED_ONLY = [t for t, a in ADAPTERS.items() if a.packed_layout is None]
+
+
+def test_every_supported_family_has_a_tiny_config_here() -> None:
+    assert set(TINY_CONFIGS) == set(ADAPTERS)
+    assert {a.packed_layout for a in ADAPTERS.values()} - {None} <= set(PACKED_LAYOUTS)
+
+
+@pytest.fixture(scope="module")
+def backbones(tokenizer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, BackboneParams]:
+    """Per family, a model folder with only its config and the MiniLM tokenizer, loaded with
+    ``random_init`` (the project's own path for tiny and timing runs)."""
+    specs = {}
+    for model_type, extra in TINY_CONFIGS.items():
+        folder = tmp_path_factory.mktemp(model_type)
+        special = {
+            f"{name}_token_id": getattr(tokenizer, f"{name}_token_id")
+            for name in ("pad", "cls", "sep")
+        }
+        if model_type == "modernbert":
+            special |= {
+                "bos_token_id": tokenizer.cls_token_id,
+                "eos_token_id": tokenizer.sep_token_id,
+            }
+        config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **special, **extra)
+        config.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        specs[model_type] = BackboneParams(model=str(folder), random_init=SIZES)
+    return specs
+
+
+def padded_batch(tokenizer, sentences=SENTENCES) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(sentences, padding=True, return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"].bool()
+
+
+def reference(model, ids: torch.Tensor, mask: torch.Tensor, pooler: str) -> torch.Tensor:
+    """Hugging Face's forward with its own mask handling (2-D mask), then pooling."""
+    outputs = model(
+        input_ids=ids, attention_mask=mask.long(), output_hidden_states=pooler == "first_last_mean"
+    )
+    return pool(outputs, mask, pooler, getattr(model, "pooler", None))
+
+
+def output_and_grads(model, run) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    out = run()
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    (out * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.detach(), grads
+
+
+def assert_same(a, b, atol: float = 1e-5) -> None:
+    torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=atol)
+    assert a[1].keys() == b[1].keys()
+    for name in a[1]:
+        torch.testing.assert_close(a[1][name], b[1][name], rtol=1e-5, atol=atol, msg=name)
+
+
+def test_an_unknown_model_type_is_refused_naming_the_supported_ones(tmp_path, tokenizer) -> None:
+    AutoConfig.for_model("gpt2", vocab_size=len(tokenizer)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="'gpt2' is not supported") as error:
+        load_backbone(BackboneParams(model=str(tmp_path), random_init=SIZES))
+    assert ", ".join(sorted(ADAPTERS)) in str(error.value)
+    assert "stages/modeling/backbone_adapters.py" in str(error.value)
+    with pytest.raises(ValueError, match="not supported"):
+        adapter_for(None)
+
+
+@pytest.mark.parametrize("model_type", TINY_CONFIGS)
+def test_dropout_is_set_in_the_familys_own_keys(model_type: str, backbones) -> None:
+    encoder = load_backbone(backbones[model_type], dropout=0.23)
+    adapter = adapter_for(model_type)
+    assert encoder.config.model_type == model_type
+    assert {key: getattr(encoder.config, key) for key in adapter.dropout_keys} == dict.fromkeys(
+        adapter.dropout_keys, 0.23
+    )
+    # no dropout module left at the backbone's own rate
+    rates = {m.p for m in encoder.modules() if isinstance(m, nn.Dropout)}
+    assert rates <= {0.23}
+    assert encoder.config.hidden_size == 32  # random_init reached the family's own size keys
+    intermediate = getattr(encoder.config, adapter.config_name("intermediate_size"))
+    assert intermediate == 64
+
+
+def test_a_backbone_without_dropout_needs_it_set(backbones) -> None:
+    """ModernBERT's config has no dropout: keeping it would make both views the same."""
+    with pytest.raises(ValueError, match=r"no dropout \(embedding_dropout=0.0"):
+        load_backbone(backbones["modernbert"])
+    load_backbone(backbones["modernbert"], dropout=0.0)  # on purpose: allowed
+
+
+@pytest.mark.parametrize("model_type", TINY_CONFIGS)
+def test_views_differ_and_the_triplet_branch_runs_without_dropout(
+    model_type: str, backbones, tokenizer
+) -> None:
+    encoder = load_backbone(backbones[model_type], seed=0, dropout=0.1)
+    reset_mlp_head(encoder, seed=1)
+    model = ContrastiveModel(encoder, "cls").train()
+    ids, mask = padded_batch(tokenizer)
+    t_ids, t_mask = padded_batch(tokenizer, SENTENCES[:2] * 3)
+    z, z_pos, triplets = model(ids, mask, t_ids, t_mask)
+    assert not torch.allclose(z, z_pos)  # independent dropout masks per view
+    assert model.encoder.training  # restored after the triplet branch
+    _, _, again = model(ids, mask, t_ids, t_mask)
+    torch.testing.assert_close(torch.cat(triplets), torch.cat(again))  # deterministic
+    with torch.no_grad(), dropout_disabled(model):
+        torch.testing.assert_close(torch.cat(triplets), model.embed(t_ids, t_mask))
+    torch.cat(triplets).sum().backward()
+    assert encoder.pooler.dense.weight.grad.abs().sum() > 0  # the head is in the graph
+    model.eval()
+    z, z_pos, _ = model(ids, mask)
+    torch.testing.assert_close(z, z_pos)
+
+
+@pytest.mark.parametrize("model_type", TINY_CONFIGS)
+def test_a_few_training_steps_and_the_saved_head_read_back(
+    model_type: str, backbones, corpus, token_cache, dev_evaluator, tmp_path, tokenizer
+) -> None:
+    """The real loop (pooler cls, SimCSE's MLP head) trains, and the evaluation encoder and the
+    sentence-transformers export of the saved checkpoint compute ``cls`` with the trained head,
+    also for families whose AutoModel has no pooler."""
+    from sentence_transformers import SentenceTransformer
+
+    spec = backbones[model_type]
+    job = make_job(
+        corpus, tmp_path / "run", token_cache, dropout=0.1, max_steps=3, eval_steps=3,
+        eval_pooler="cls",
+    )  # fmt: skip
+    job = replace(job, backbone=spec, backbone_name=model_type)
+    metrics = train(job, dev_evaluator)
+    assert np.isfinite(metrics["best"]["spearman"])
+    initial = load_backbone(spec, seed=job.seed, dropout=0.1)
+    final = load_file(tmp_path / "run" / "final" / "model.safetensors")
+    changed = [
+        k for k, v in initial.state_dict().items() if k in final and not torch.equal(v, final[k])
+    ]
+    assert len(changed) > len(final) // 2
+    assert {"pooler.dense.weight", "pooler.dense.bias"} <= final.keys()
+
+    folder = tmp_path / "run" / "final"
+    encoder = SentenceEncoder(str(folder), device="cpu")
+    assert encoder.pooler == "cls"
+    vectors = encoder(SENTENCES)
+    cls_states = SentenceEncoder(str(folder), "cls_before_pooler", device="cpu")(SENTENCES)
+    expected = np.tanh(cls_states @ final["pooler.dense.weight"].numpy().T
+                       + final["pooler.dense.bias"].numpy())  # fmt: skip
+    np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-5)
+    exported = SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
+    np.testing.assert_allclose(exported, vectors, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", TINY_CONFIGS)
+def test_padded_forward_equals_hugging_faces_under_each_attention_implementation(
+    model_type: str, backbones, tokenizer
+) -> None:
+    ids, mask = padded_batch(tokenizer)
+    outputs = {}
+    for implementation in adapter_for(model_type).attention:
+        encoder = load_backbone(
+            backbones[model_type], dropout=0.0, attn_implementation=implementation
+        )
+        model = ContrastiveModel(encoder.eval(), "mean", unpad=False)
+        with torch.no_grad():
+            outputs[implementation] = model.embed(ids, mask)
+            torch.testing.assert_close(
+                outputs[implementation], reference(encoder, ids, mask, "mean"), rtol=1e-5, atol=1e-6
+            )
+    first, *others = outputs.values()
+    for other in others:
+        torch.testing.assert_close(other, first, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="flash_attention_2"):
+        load_backbone(backbones[model_type], dropout=0.0, attn_implementation="flash_attention_2")
+
+
+def test_modernbert_needs_the_2d_mask_for_its_sliding_window(backbones, tokenizer) -> None:
+    """Why its adapter has ``ready_mask=False``: a ready 4-D mask is taken for every layer, so
+    the sliding-window layers would attend beyond their window."""
+    encoder = load_backbone(backbones["modernbert"], dropout=0.0).eval()
+    ids, mask = padded_batch(tokenizer)
+    with torch.no_grad():
+        two_d = encoder(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+        four_d = encoder(
+            input_ids=ids, attention_mask=attention_bias(mask, "sdpa")
+        ).last_hidden_state
+    assert not torch.allclose(two_d[mask], four_d[mask], atol=1e-4)
+
+
+@pytest.mark.parametrize("pooler", POOLERS)
+@pytest.mark.parametrize(("model_type", "implementation"), PACKED_CASES)
+def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
+    model_type: str, implementation: str, pooler: str, backbones, tokenizer
+) -> None:
+    encoder = load_backbone(backbones[model_type], dropout=0.0, attn_implementation=implementation)
+    if pooler == "cls":
+        reset_mlp_head(encoder, seed=1)
+    ids, mask = padded_batch(tokenizer)
+    model = ContrastiveModel(encoder, pooler)
+    assert model.unpadded
+    padded = output_and_grads(encoder, lambda: reference(encoder, ids, mask, pooler))
+    unpadded = output_and_grads(encoder, lambda: model.embed(ids, mask))
+    assert_same(unpadded, padded)
+    encoder.eval()
+    sentences = SENTENCES * 2 + ["another sentence of medium length here"]
+    np.testing.assert_allclose(
+        embed(encoder, tokenizer, sentences, pooler, batch_size=3),
+        embed(encoder, tokenizer, sentences, pooler, batch_size=3, unpad=False),
+        rtol=1e-5, atol=1e-6,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", PADDED_ONLY)
+def test_families_without_a_packed_forward_fall_back_to_the_padded_one(
+    model_type: str, backbones, tokenizer
+) -> None:
+    encoder = load_backbone(backbones[model_type], dropout=0.0)
+    reset_mlp_head(encoder, seed=1)
+    assert isinstance(encoder.pooler, PoolerHead)
+    assert adapter_for(model_type).padded_only in unpadding_unsupported(encoder)
+    with pytest.raises(ValueError, match="has no pooler of its own"):
+        ContrastiveModel(load_backbone(backbones[model_type], dropout=0.0), "cls")
+    ids, mask = padded_batch(tokenizer)
+    for pooler in POOLERS:
+        model = ContrastiveModel(encoder, pooler, unpad=True)
+        assert not model.unpadded
+        assert_same(
+            output_and_grads(encoder, lambda model=model: model.embed(ids, mask)),
+            output_and_grads(encoder, lambda pooler=pooler: reference(encoder, ids, mask, pooler)),
+        )
