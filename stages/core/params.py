@@ -157,7 +157,7 @@ class TrainParams(Section):
         True,
         description="encoders with a packed forward (BERT, RoBERTa, XLM-R, DistilBERT, MPNet) "
         "compute only the real tokens, not the padding "
-        "(same numbers up to float rounding; other dropout random numbers)",
+        "(the same numbers and dropout masks up to float rounding: not part of the run id)",
     )
     gradient_checkpointing: bool = False
     gather_negatives: bool = Field(

@@ -38,7 +38,7 @@ from stages.core.params import BackboneParams, BaselineParams, Params, ResolvedM
 
 # Settings that change how a run executes but not what it computes; left out of the id.
 EXECUTION_ONLY_TRAIN_KEYS = frozenset(
-    {"device", "log_steps", "checkpoint_steps", "compile", "loggers"}
+    {"device", "log_steps", "checkpoint_steps", "compile", "unpad", "loggers"}
 )
 # Bump only when the layout of the identity itself changes (code changes are covered by it).
 ID_SCHEMA = 2

@@ -271,6 +271,29 @@ def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("pooler", POOLERS)
+@pytest.mark.parametrize(("model_type", "implementation"), PACKED_CASES)
+def test_with_dropout_on_and_one_seed_unpadded_training_equals_padded(
+    model_type: str, implementation: str, pooler: str, backbones, tokenizer
+) -> None:
+    """The packed forward draws each dropout mask over the padded layout, as the padded forward
+    does: from the same seed, a training forward and its gradients agree to float rounding."""
+    encoder = load_backbone(backbones[model_type], dropout=0.1, attn_implementation=implementation)
+    if pooler == "cls":
+        reset_mlp_head(encoder, seed=1)
+    encoder.train()
+    ids, mask = padded_batch(tokenizer)
+    model = ContrastiveModel(encoder, pooler)
+    assert model.unpadded
+    runs = []
+    for run in (lambda: reference(encoder, ids, mask, pooler), lambda: model.embed(ids, mask)):
+        torch.manual_seed(7)
+        runs.append(output_and_grads(encoder, run))
+    assert_same(runs[1], runs[0])
+    torch.manual_seed(8)  # another seed: other masks, so dropout is really on
+    assert not torch.allclose(model.embed(ids, mask), runs[0][0])
+
+
 @pytest.mark.parametrize("model_type", PADDED_ONLY)
 def test_families_without_a_packed_forward_fall_back_to_the_padded_one(
     model_type: str, backbones, tokenizer
