@@ -76,7 +76,7 @@ def train(
         )
         try:
             while run.step < run.total_steps:
-                run._train_step()  # views, forward, loss, backward, clip, AdamW, schedules
+                run._train_step()  # views, forward, loss, backward, clip, AdamW, schedules: below
                 run.step += 1
                 bar.update(1)
                 step = run.step
@@ -193,7 +193,7 @@ class _Training(TrainingParts):
             """Backpropagate the mean loss over the micro-batches; their mean loss and stats."""
             outs = []
             for batch in batches:
-                out = contrastive_loss(  # THE LOSS: forward, then the objective (loss.py)
+                out = contrastive_loss(  # the loss: forward, then the objective (loss.py)
                     self.forward,
                     batch,
                     objective,

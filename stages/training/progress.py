@@ -23,6 +23,8 @@ from stages.training.resume import latest_checkpoint, load_checkpoint, restore_r
 
 @dataclass
 class Progress:
+    """A run's progress besides its step; a checkpoint keeps it, a resumed run restores it."""
+
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     best: dict[str, Any] | None = None  # the best evaluation: its step and scores
     best_weights: dict[str, torch.Tensor] | None = None  # the encoder's then, on the host
