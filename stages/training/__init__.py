@@ -1,14 +1,20 @@
 """The training stage's machinery: SimCSE-protocol contrastive training of a Hugging Face encoder.
 
+- ``loop``: the training loop on one page (``train``) and one update (``_Training._train_step``);
+- ``job``: what a run is given; ``parts``: what it is built from (corpus, batch plan, encoder,
+  optimizer, schedule, dev encoder);
 - ``data``: the corpus, tokenised once and cached, served as seeded, resumable, dynamically
-  padded batches; the masked-triplet pool of objectives that need it;
+  padded batches; the masked-triplet pool of objectives that need it; ``batch``: a step's rows
+  on the device;
 - ``model``: the duplicated-batch forward (two dropout views in one pass), pooling, the
-  training-only MLP head, the dropout-off triplet forward;
-- ``optim``: AdamW, the learning-rate schedule, sharpness-aware minimisation;
+  training-only MLP head, the dropout-off triplet forward; ``loss``: forward and objective;
+- ``optim``: AdamW, the learning-rate schedule, sharpness-aware minimisation, clipping;
 - ``distributed``: torchrun data parallelism and negatives gathered across ranks;
-- ``runtime``: device, precision and the host-device transfer policy;
-- ``records``: the per-step JSONL log, the non-finite check, the progress bar;
-- ``resume``: atomic, resumable checkpoints;
+- ``runtime``: device, precision, the host-device transfer policy, the profiler's step phases;
+- ``records``: the per-step records, the non-finite stop, the JSONL log; ``live``: live loggers;
+- ``progress``: fresh start or resume, the evaluations and best weights, a checkpoint's content;
+- ``resume``: atomic, resumable checkpoint folders;
 - ``dev``: encoding dev sentences with the model being trained;
-- ``loop``: the training loop that ties them together.
+- ``outputs``: metrics.json and the final/ and best/ model folders;
+- ``runner``: from a planned run to its finished folder in the runs store.
 """

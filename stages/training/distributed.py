@@ -16,11 +16,12 @@ cancels the factor W.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -47,6 +48,11 @@ def from_environment() -> Distributed:
         world_size=int(os.environ.get("WORLD_SIZE", 1)),
         local_rank=int(os.environ.get("LOCAL_RANK", 0)),
     )
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """Each rank's dropout stream (ranks must not share dropout masks)."""
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 
 @contextmanager
@@ -112,6 +118,16 @@ def broadcast_object(obj: Any, ctx: Distributed) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def mean_across_ranks(ctx: Distributed) -> Callable[[torch.Tensor], None]:
+    """Averages a tensor across ranks, in place."""
+
+    def average(values: torch.Tensor) -> None:
+        dist.all_reduce(values)
+        values.div_(ctx.world_size)
+
+    return average
 
 
 def barrier(ctx: Distributed) -> None:

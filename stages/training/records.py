@@ -19,6 +19,9 @@ from typing import Any, TextIO
 import torch
 
 from stages.core.errors import StageError
+from stages.training import distributed as dist_util
+from stages.training.distributed import Distributed
+from stages.training.resume import latest_checkpoint
 
 
 class NonFiniteLossError(StageError):
@@ -80,6 +83,15 @@ class StepRecorder:
                     f"'{self.objective_name}'): non-finite {', '.join(bad)} ({shown})"
                 )
         return None
+
+
+def stop_if_diverged(problem: str | None, ctx: Distributed, run_dir: Path) -> None:
+    """Stop every rank when any rank's flushed records hold a non-finite value (``problem``:
+    this rank's ``StepRecorder.divergence``), naming the last good checkpoint."""
+    if dist_util.any_rank(problem is not None, ctx):
+        kept = latest_checkpoint(run_dir)
+        where = f"the last good checkpoint is kept in {kept}" if kept else "no checkpoint yet"
+        raise NonFiniteLossError(f"{problem or 'another rank diverged'}; {where}")
 
 
 class JsonlLog:

@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from stages.core.atomic import atomic_path
+from stages.core.errors import StageError
 
 CHECKPOINT_PREFIX = "checkpoint-"
 STATE_FILE = "state.pt"
@@ -59,6 +60,14 @@ def save_checkpoint(
         if old != folder:
             shutil.rmtree(old, ignore_errors=True)
     return folder
+
+
+def unwritten_checkpoint_error(run_dir: Path, step: int, err: OSError) -> StageError:
+    """What to say when ``save_checkpoint`` failed (a full disk, a quota): its half-written
+    folder is already gone, the previous checkpoint is intact."""
+    kept = latest_checkpoint(run_dir)
+    where = f"the previous checkpoint {kept} is intact" if kept else "no checkpoint yet"
+    return StageError(f"could not write the checkpoint of step {step} ({err}); {where}")
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -1,0 +1,46 @@
+"""A step's batch: this rank's share of the global batch, padded and on its way to the device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from stages.modeling.unpadded import Packing
+from stages.training.data import BatchPlan, TokenRows, TripletPool, pad_rows
+from stages.training.runtime import Runtime
+
+
+@dataclass
+class Batch:
+    ids: torch.Tensor
+    mask: torch.Tensor
+    triplet_ids: torch.Tensor | None = None
+    triplet_mask: torch.Tensor | None = None
+    packing: Packing | None = None  # where the real tokens are (host-built; unpadded forward)
+    triplet_packing: Packing | None = None
+
+
+def make_batch(
+    corpus: TokenRows,
+    plan: BatchPlan,
+    pool: TripletPool | None,
+    step: int,
+    rank: int,
+    pad_id: int,
+    runtime: Runtime,
+    unpad: bool = False,
+) -> Batch:
+    """This rank's share of 0-based global ``step``, padded and on its way to the device; with
+    ``unpad`` also where its real tokens are (computed here, on the host)."""
+    ids, mask = pad_rows(corpus.rows(plan.shard(step, rank)), pad_id)
+    batch = Batch(runtime.to_device(ids), runtime.to_device(mask))
+    if unpad:
+        batch.packing = Packing.from_mask(mask, runtime.to_device)
+    if pool is not None:
+        anchor, short, long = pool.shard(step, rank)
+        t_ids, t_mask = pad_rows(anchor + short + long, pad_id)
+        batch.triplet_ids, batch.triplet_mask = runtime.to_device(t_ids), runtime.to_device(t_mask)
+        if unpad:
+            batch.triplet_packing = Packing.from_mask(t_mask, runtime.to_device)
+    return batch

@@ -1,0 +1,206 @@
+"""What a run is built from before its first step: the tokenised corpus and its batch plan, the
+triplet pool (objectives that need one), the encoder in its training wrapper, AdamW, the
+learning-rate schedule, SAM, the dev encoder and the step recorder.
+
+Building them consumes the global RNG in a fixed order (the encoder's initialisation is seeded
+with the run's seed), so a run and its resumption build the same parts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from transformers import PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from stages.core.environment import software
+from stages.core.errors import StageError
+from stages.modeling.backbone import load_backbone, load_tokenizer
+from stages.training import distributed as dist_util
+from stages.training.data import (
+    BatchPlan,
+    TokenRows,
+    TripletPool,
+    load_tokenized_corpus,
+    read_triplet_token_ids,
+    special_token_frame,
+)
+from stages.training.dev import DevEncoder, DevEvaluator, max_model_length
+from stages.training.distributed import Distributed
+from stages.training.job import TrainJob
+from stages.training.model import (
+    ContrastiveModel,
+    enable_gradient_checkpointing,
+    freeze_unused_head,
+    reset_mlp_head,
+)
+from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler
+from stages.training.records import StepRecorder
+from stages.training.runtime import Runtime, device_name
+
+
+class TrainingParts:
+    """A run's parts, built from its job (``forward`` is the model as the step calls it: wrapped
+    in DDP with several processes, compiled with ``train.compile``), and its ``step``: the
+    optimizer updates done (a resumed run's are its checkpoint's)."""
+
+    def __init__(
+        self, job: TrainJob, evaluate_dev: DevEvaluator, ctx: Distributed, runtime: Runtime
+    ) -> None:
+        self.job, self.ctx, self.runtime, self.evaluate_dev = job, ctx, runtime, evaluate_dev
+        train = job.train
+        if train.batch_size % ctx.world_size:
+            raise StageError(
+                f"train.batch_size ({train.batch_size}) must be a multiple of the number of "
+                f"processes ({ctx.world_size}): it is the global batch, split evenly across ranks"
+            )
+        self.tokenizer = load_tokenizer(job.backbone)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.corpus = load_corpus(job, self.tokenizer, ctx)
+        try:
+            lengths = np.diff(self.corpus.offsets) if train.sampling == "by_length" else None
+            self.plan = BatchPlan(
+                len(self.corpus), train.batch_size, job.seed, ctx.world_size, lengths
+            )
+        except ValueError as err:
+            raise StageError(f"{job.corpus}: {err}") from None
+        self.accumulation = train.gradient_accumulation_steps
+        self.updates_per_epoch = self.plan.steps_per_epoch // self.accumulation
+        if self.updates_per_epoch == 0:
+            raise StageError(
+                f"{job.corpus}: {self.plan.steps_per_epoch} batch(es) per epoch cannot make one "
+                f"update of train.gradient_accumulation_steps = {self.accumulation}"
+            )
+        self.total_steps = train.max_steps or train.epochs * self.updates_per_epoch
+        self.encoder = load_encoder(job, runtime)
+        self.pool = (
+            load_triplets(job, self.tokenizer, self.encoder, ctx)
+            if job.objective.needs_triplets
+            else None
+        )
+
+        self.model = ContrastiveModel(
+            self.encoder,
+            train.pooler,
+            train.view_dropout,
+            train.triplet_dropout,
+            unpad=train.unpad,
+        )
+        self.unpadded = self.model.unpadded
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.model, train)
+        self.scheduler = build_scheduler(self.optimizer, train, self.total_steps)
+        self.sam = SharpnessAware(self.params, train.sam) if train.sam.enabled else None
+        self.forward: nn.Module = self.model
+        if ctx.active:
+            device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
+            self.forward = DistributedDataParallel(self.model, device_ids=device_ids)
+        if train.compile:
+            self.forward = torch.compile(self.forward, dynamic=True)  # type: ignore[assignment]
+
+        self.dev_encoder = DevEncoder(
+            self.encoder,
+            self.tokenizer,
+            train.eval_pooler,
+            runtime,
+            job.eval_batch_size,
+            train.dev_precision,
+        )
+        self.dev_encoder.model.unpad = train.unpad  # the dev encoder's own ContrastiveModel
+        self.recorder = StepRecorder(job.objective.name)
+        self.step = 0
+
+    def evaluate(self) -> dict[str, float]:
+        """The dev evaluator's scores of the model as it is now (they must hold the metric that
+        selects the best checkpoint)."""
+        scores = {k: float(v) for k, v in self.evaluate_dev(self.dev_encoder).items()}
+        key = self.job.selection_metric
+        if key not in scores:
+            raise StageError(f"the dev evaluator returned {sorted(scores)}, not '{key}'")
+        return scores
+
+    def execution(self) -> dict[str, Any]:
+        """How the run executes (config.json's and the model card's ``execution``)."""
+        return {
+            "device": str(self.runtime.device),
+            "precision": self.runtime.precision,
+            "eval_precision": self.dev_encoder.precision,
+            "world_size": self.ctx.world_size,
+            "compile": self.job.train.compile,
+            **software(),
+            "unpadded": self.model.unpadded,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "cuda": torch.version.cuda,
+            "device_name": device_name(self.runtime.device),
+            "total_steps": self.total_steps,
+            "steps_per_epoch": self.updates_per_epoch,
+            "batches_per_update": self.accumulation,
+            "corpus_rows": len(self.corpus),
+        }
+
+
+def load_corpus(job: TrainJob, tokenizer: PreTrainedTokenizerBase, ctx: Distributed) -> TokenRows:
+    if not job.corpus.is_file():
+        raise StageError(f"training corpus {job.corpus} not found (run the download stage)")
+
+    def load() -> TokenRows:
+        return load_tokenized_corpus(
+            job.corpus, tokenizer, job.train.max_seq_length, job.cache_dir, job.max_sentences
+        )
+
+    # Rank 0 tokenises and fills the cache; the others then read it.
+    corpus = load() if ctx.is_main else None
+    dist_util.barrier(ctx)
+    if corpus is None:
+        corpus = load()
+    if len(corpus) == 0:
+        raise StageError(f"training corpus {job.corpus} is empty")
+    return corpus
+
+
+def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
+    """The backbone, seeded, with SimCSE's fresh MLP head (``cls``) or its head frozen."""
+    train = job.train
+    torch.manual_seed(job.seed)
+    encoder = load_backbone(job.backbone, seed=job.seed, dropout=train.dropout)
+    if train.pooler == "cls":
+        reset_mlp_head(encoder, job.seed)
+    else:
+        freeze_unused_head(encoder)
+    if train.gradient_checkpointing:
+        enable_gradient_checkpointing(encoder)
+    return encoder.to(runtime.device).train()
+
+
+def load_triplets(
+    job: TrainJob, tokenizer: PreTrainedTokenizerBase, encoder: PreTrainedModel, ctx: Distributed
+) -> TripletPool:
+    path = job.triplets
+    if path is None or not path.is_file():
+        raise StageError(
+            f"objective '{job.objective.name}' needs masked triplets, but the triplet "
+            f"file {path} is missing (run the triplets stage)"
+        )
+    anchor, short, long = read_triplet_token_ids(path, job.max_sentences)
+    if len(anchor) == 0:
+        raise StageError(
+            f"{path} holds no triplet for the corpus lines this run trains on "
+            "(no line has triplets.min_words words?)"
+        )
+    prefix, suffix = special_token_frame(tokenizer)
+    return TripletPool(
+        anchor,
+        short,
+        long,
+        prefix=tuple(prefix),
+        suffix=tuple(suffix),
+        batch_size=job.train.triplet_batch_size or job.train.batch_size,
+        seed=job.seed,
+        max_length=max_model_length(encoder, tokenizer),
+        world_size=ctx.world_size,
+    )
