@@ -39,14 +39,17 @@ def edit(root: Path, path: Path, old: str, new: str) -> None:
 
 
 def planned_snakemake_jobs(root: Path) -> set[str]:
-    """What `snakemake` would run now: 'rule' or 'rule:wildcard' per job (a dry run)."""
+    """What `snakemake` would run now, named as the job graph names its jobs: 'stage' or
+    'stage:key' (the generic `evaluate` rule's job is '<evaluation>:<experiment>'; a dry run)."""
     out = snakemake(root, "-n")
     jobs = set()
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         head = re.match(r"(?:local)?rule (\w+):", block)
         if head:
-            wildcards = re.search(r"wildcards: \w+=(\S+)", block)
-            jobs.add(head[1] + (f":{wildcards[1]}" if wildcards else ""))
+            found = re.search(r"wildcards: (.*)", block)
+            wildcards = dict(re.findall(r"(\w+)=([^,\s]+)", found[1])) if found else {}
+            stage = wildcards.pop("evaluation", head[1])
+            jobs.add(stage + (f":{next(iter(wildcards.values()))}" if wildcards else ""))
     return jobs - {"all"}
 
 
