@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from train_helpers import make_job
+from train_helpers import SENTENCES, make_job, padded_batch
 from transformers import AutoConfig
 
 from stages.core.params import POOLERS, BackboneParams, RandomInit
@@ -46,12 +46,6 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
     "mpnet": {},
 }  # fmt: skip
 SIZES = RandomInit(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-SENTENCES = [
-    "a man is playing a guitar .",
-    "the cat sits",
-    "it rains in the south of france today , and tomorrow it will rain again",
-    "ok",
-]
 PACKED_CASES = [
     (t, implementation)
     for t, a in ADAPTERS.items()
@@ -87,11 +81,6 @@ def backbones(tokenizer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         tokenizer.save_pretrained(folder)
         specs[model_type] = BackboneParams(model=str(folder), random_init=SIZES)
     return specs
-
-
-def padded_batch(tokenizer, sentences=SENTENCES) -> tuple[torch.Tensor, torch.Tensor]:
-    enc = tokenizer(sentences, padding=True, return_tensors="pt")
-    return enc["input_ids"], enc["attention_mask"].bool()
 
 
 def reference(model, ids: torch.Tensor, mask: torch.Tensor, pooler: str) -> torch.Tensor:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from train_helpers import TINY
+from train_helpers import SENTENCES, TINY, padded_batch
 from transformers import RobertaConfig, RobertaModel
 
 from stages.core.params import POOLERS
@@ -17,13 +17,6 @@ from stages.modeling.encoder import embed
 from stages.modeling.pooling import pool
 from stages.modeling.unpadded import Packing, attention_bias, unpadding_unsupported
 from stages.training.model import ContrastiveModel
-
-SENTENCES = [
-    "a man is playing a guitar .",
-    "the cat sits",
-    "it rains in the south of france today , and tomorrow it will rain again",
-    "ok",
-]
 
 
 def encoder(family: str, tokenizer, implementation: str = "sdpa", dropout: float = 0.0):
@@ -37,11 +30,6 @@ def encoder(family: str, tokenizer, implementation: str = "sdpa", dropout: float
         attn_implementation=implementation,
     )  # fmt: skip
     return RobertaModel(config, add_pooling_layer=True)
-
-
-def padded_batch(tokenizer, sentences=SENTENCES) -> tuple[torch.Tensor, torch.Tensor]:
-    enc = tokenizer(sentences, padding=True, return_tensors="pt")
-    return enc["input_ids"], enc["attention_mask"].bool()
 
 
 def reference(model, ids: torch.Tensor, mask: torch.Tensor, pooler: str) -> torch.Tensor:

@@ -187,3 +187,17 @@ class HostReadWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.active = False
+
+
+# A padded batch of short and long sentences, for the padded / unpadded comparisons.
+SENTENCES = [
+    "a man is playing a guitar .",
+    "the cat sits",
+    "it rains in the south of france today , and tomorrow it will rain again",
+    "ok",
+]
+
+
+def padded_batch(tokenizer, sentences=SENTENCES) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(sentences, padding=True, return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"].bool()
