@@ -25,10 +25,12 @@ from typing import Any
 import torch
 
 from stages.core.atomic import write_json
+from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
+from stages.core.evaluations import SENTEVAL_TASKS as TASKS
+from stages.core.evaluations import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
 from stages.modeling.encoder import SentenceEncoder
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.evaluate import evaluate
-from stages.senteval_protocol.loaders import STS_TASKS, TRANSFER_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 # The real SentEval's scores (SimCSE's copy, as its evaluation.py runs it) with the same encoder.
@@ -60,7 +62,6 @@ SENTEVAL = {
     },
     "mrpc_f1": 80.43,
 }
-TASKS = STS_TASKS + TRANSFER_TASKS
 
 
 def run(data_dir: Path, cache_root: Path, precision: str) -> dict[str, Any]:

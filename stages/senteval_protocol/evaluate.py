@@ -18,13 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from stages.core.evaluations import SENTEVAL_TASKS, SENTEVAL_TRANSFER_TASKS
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.classifier import MODES
 from stages.senteval_protocol.embeddings import EmbeddingTable, Encode
 from stages.senteval_protocol.loaders import (
     STS_YEARS,
-    TASKS,
-    TRANSFER_TASKS,
     StsTask,
     downstream_dir,
     load_task,
@@ -43,7 +42,7 @@ log = logging.getLogger(__name__)
 
 def evaluate(
     encode: Encode,
-    tasks: Sequence[str] = TASKS,
+    tasks: Sequence[str] = SENTEVAL_TASKS,
     data_dir: str | Path = "data/senteval",
     mode: str = "test",
     *,
@@ -65,10 +64,10 @@ def evaluate(
     an empty line (CR and MPQA have a few): SimCSE's batcher sends '' (the default); SentEval's
     example batchers send '.'. ``encoder`` describes the encoder, for the results.
     """
-    unknown = [t for t in tasks if t not in TASKS]
+    unknown = [t for t in tasks if t not in SENTEVAL_TASKS]
     if unknown:
         raise ValueError(
-            f"unknown SentEval task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}"
+            f"unknown SentEval task(s) {', '.join(unknown)}; known: {', '.join(SENTEVAL_TASKS)}"
         )
     if mode not in MODES:
         raise ValueError(f"unknown mode '{mode}'; allowed: {', '.join(MODES)}")
@@ -122,15 +121,15 @@ def evaluate(
 
 
 def _brief(name: str, result: dict[str, Any]) -> str:
-    if name in TRANSFER_TASKS:
+    if name in SENTEVAL_TRANSFER_TASKS:
         return f"acc {result['acc']:.2f}"
     return f"spearman {headline(name, result):.2f}"
 
 
 def _summary(results: dict[str, Any]) -> dict[str, Any]:
     """The papers' table rows: STS Spearman x100 and transfer test accuracy, with averages."""
-    sts = {n: headline(n, r) for n, r in results.items() if n not in TRANSFER_TASKS}
-    transfer = {n: r["acc"] for n, r in results.items() if n in TRANSFER_TASKS}
+    sts = {n: headline(n, r) for n, r in results.items() if n not in SENTEVAL_TRANSFER_TASKS}
+    transfer = {n: r["acc"] for n, r in results.items() if n in SENTEVAL_TRANSFER_TASKS}
     summary: dict[str, Any] = {"sts": sts, "transfer": transfer}
     if sts:
         summary["sts_avg"] = float(np.mean(list(sts.values())))

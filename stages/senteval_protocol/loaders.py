@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.core.evaluations import SENTEVAL_TASKS
+
 STS_YEARS = {
     "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
     # SentEval's STS13 has no SMT subset (LDC licence)
@@ -28,9 +30,6 @@ STS_YEARS = {
     "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
     "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
 }
-# SentEval scores train, dev and test of these two; SimCSE reports the test Spearman. We score dev
-# and test (dev is STS-B's model-selection split and feeds alignment/uniformity).
-STS_SPLIT_TASKS = ("STSBenchmark", "SICKRelatedness")
 # The folder under downstream/ each task reads (what the data check verifies before a run).
 TASK_FOLDERS = {
     **{f"STS1{y}": f"STS/STS1{y}-en-test" for y in range(2, 7)},
@@ -39,9 +38,6 @@ TASK_FOLDERS = {
     "SST2": "SST/binary",
     **{name: name for name in ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC")},
 }
-STS_TASKS = (*STS_YEARS, *STS_SPLIT_TASKS)
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
-TASKS = STS_TASKS + TRANSFER_TASKS
 
 BINARY_FILES = {  # (file of label 1, file of label 0), as SentEval passes them
     "MR": ("MR/rt-polarity.pos", "MR/rt-polarity.neg"),
@@ -143,7 +139,7 @@ def load_task(downstream: Path, name: str) -> Task:
     if name in BINARY_FILES:
         return _load_binary(downstream, name)
     if name not in loaders:
-        raise ValueError(f"unknown SentEval task '{name}'; known: {', '.join(TASKS)}")
+        raise ValueError(f"unknown SentEval task '{name}'; known: {', '.join(SENTEVAL_TASKS)}")
     return loaders[name](downstream)
 
 
@@ -247,6 +243,8 @@ def _load_scored_pairs(
     return StsPairs(name, sent1, sent2, np.array(scores, dtype=np.float64))
 
 
+# SentEval scores train, dev and test of STS-B and SICK-R; SimCSE reports the test Spearman. We
+# score dev and test (dev is STS-B's model-selection split and feeds alignment/uniformity).
 def _load_stsb(downstream: Path, splits: tuple[str, ...] = ("dev", "test")) -> StsTask:
     reader = _Reader(downstream, "STSBenchmark")
     parts = tuple(

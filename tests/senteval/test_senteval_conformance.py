@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
 from stages.modeling.encoder import SentenceEncoder
 from stages.senteval_protocol.evaluate import evaluate
-from stages.senteval_protocol.loaders import STS_TASKS
 
 pytestmark = pytest.mark.parity  # real-model parity with SentEval: pytest -m parity
 

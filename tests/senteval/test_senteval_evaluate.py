@@ -9,17 +9,14 @@ import numpy as np
 import pytest
 from senteval_testing import BagOfWords
 
+from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
+from stages.core.evaluations import SENTEVAL_TASKS as TASKS
+from stages.core.evaluations import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.dev import StsbDevEvaluation
 from stages.senteval_protocol.embeddings import EncoderOutputError
 from stages.senteval_protocol.evaluate import evaluate
-from stages.senteval_protocol.loaders import (
-    STS_TASKS,
-    TASKS,
-    TRANSFER_TASKS,
-    downstream_dir,
-    load_task,
-)
+from stages.senteval_protocol.loaders import downstream_dir, load_task
 
 
 def test_all_tasks_results_protocol_and_timings(

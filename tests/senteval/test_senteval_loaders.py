@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stages.core.evaluations import SENTEVAL_TASKS
 from stages.senteval_protocol.loaders import (
-    TASKS,
+    TASK_FOLDERS,
     DataFormatError,
     StsTask,
     TransferTask,
@@ -22,12 +23,17 @@ def _write(path: Path, text: str | bytes) -> None:
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
 
 
-def test_every_task_loads_from_the_synthetic_tree(senteval_root: Path) -> None:
+def test_every_registered_task_has_a_folder_and_loads_from_the_synthetic_tree(
+    senteval_root: Path,
+) -> None:
+    # the registry (stages.core.evaluations) names the tasks; the loaders must read each of them
+    assert set(TASK_FOLDERS) == set(SENTEVAL_TASKS)
     down = downstream_dir(senteval_root)
-    for name in TASKS:
+    for name in SENTEVAL_TASKS:
         task = load_task(down, name)
         assert task.name == name
         assert task.files and all(len(f.sha256) == 64 for f in task.files)
+        assert all(f.path.startswith(TASK_FOLDERS[name] + "/") for f in task.files)
 
 
 def test_sts_drops_unscored_pairs_and_joins_whitespace_tokens(tmp_path: Path) -> None:
