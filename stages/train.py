@@ -23,7 +23,7 @@ import polars as pl
 from stages import cli
 from stages.cli import parser
 from stages.core import layout
-from stages.core.atomic import write_json, write_text
+from stages.core.atomic import remove_temporaries, write_json, write_text
 from stages.core.cpu_guard import cpu_guard
 from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
@@ -125,6 +125,9 @@ def obtain(
         run_lock(run.run_dir, run.name),
         store.lease(run.run_id, run.name) if store else nullcontext(),
     ):
+        # the lock's holder is the run's only writer: temporaries in its folder are a killed
+        # writer's, whichever host it ran on
+        remove_temporaries(run.partial_dir)
         if store is not None and store.manifest(run.run_id) is not None:  # finished meanwhile
             store.fetch(run.run_id, run.run_dir)
             return

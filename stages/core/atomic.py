@@ -2,18 +2,36 @@
 
 Everything is written under a temporary name in the destination's folder and renamed into
 place (rename is atomic within one filesystem), so a reader sees either nothing or the whole.
+
+A SIGKILL runs no cleanup, so a killed writer leaves its temporary behind: hidden, never taken
+for the output. Its name says whose it is, ``.<dest name>.<host>-<pid>.<random>.tmp``, so the
+next write of the same destination removes those of processes of this host that are gone; a
+temporary of another machine stays, since whether its writer lives cannot be told from here.
+The one writer of a folder (the holder of a run's lock) removes every temporary in it
+(``remove_temporaries``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from stages.core.run_lock import process_exists
+
+# The host part of a temporary's name: no dots, which separate the name's parts.
+HOST_TAG = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())
+# mkdtemp's random part is [a-z0-9_]; the dest name may hold dots and dashes.
+_OWNED = re.compile(r"\.(?P<dest>.+)\.(?P<host>[^.]+)-(?P<pid>\d+)\.[a-z0-9_]+\.tmp")
+# Any temporary of atomic_path, also those named before the owner was (.<dest>.<random>.tmp).
+_ANY = re.compile(r"\..+\.[a-z0-9_]+\.tmp")
 
 
 @contextmanager
@@ -21,11 +39,14 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``dest``; on success rename it to ``dest``.
 
     Works for files and directories alike (whatever the body creates at the yielded path).
-    On error the temporary is removed and ``dest`` is left as it was.
+    On error the temporary is removed and ``dest`` is left as it was; the temporaries of
+    ``dest`` that killed processes of this host left are removed first.
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    remove_stale_temporaries(dest)
+    prefix = f".{dest.name}.{HOST_TAG}-{os.getpid()}."
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=dest.parent))
     work = tmp / (dest.name + suffix)
     try:
         yield work
@@ -34,6 +55,28 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
         os.replace(work, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_temporaries(dest: Path) -> None:
+    """Remove the temporaries of ``dest`` whose writer, a process of this host, is gone."""
+    for entry in dest.parent.iterdir():
+        owner = _OWNED.fullmatch(entry.name)
+        if (
+            owner
+            and (owner["dest"], owner["host"]) == (dest.name, HOST_TAG)
+            and not process_exists(int(owner["pid"]))
+        ):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def remove_temporaries(folder: Path) -> None:
+    """Remove every temporary ``atomic_path`` left in ``folder``, whoever wrote it. Only for the
+    one writer of ``folder`` (the holder of a run's lock): it would break another's write."""
+    if not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        if entry.is_dir() and _ANY.fullmatch(entry.name):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def write_text(dest: str | Path, text: str) -> None:

@@ -40,7 +40,8 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _process_exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -53,7 +54,7 @@ def _process_exists(pid: int) -> bool:
 def is_stale(path: Path, now: float | None = None) -> bool:
     holder = _read(path)
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-        return not _process_exists(holder["pid"])
+        return not process_exists(holder["pid"])
     try:
         age = (now or time.time()) - path.stat().st_mtime
     except FileNotFoundError:

@@ -147,3 +147,5 @@ def test_evaluation_killed_leaves_no_results_and_reruns_to_the_same(
     monkeypatch.chdir(tmp_path)
     stage.main(argv)
     assert without_timings(json.loads(output.read_text())) == without_timings(uninterrupted[name])
+    if match:  # the rerun writes the same file and removes what the killed writer left of it
+        assert not list(tmp_path.glob(f"**/.{match}.*.tmp"))

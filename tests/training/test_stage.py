@@ -102,6 +102,26 @@ def test_finished_run_is_a_cache_hit(finished: Path, monkeypatch: pytest.MonkeyP
     assert pointer.stat().st_mtime_ns == before  # unchanged content is not rewritten
 
 
+def test_the_lock_holder_removes_the_temporaries_killed_writers_left_in_the_run(
+    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_workspace(tmp_path, shared_data)
+    monkeypatch.chdir(root)
+    params = load_params("params.yaml")
+    run = plan_runs(params)[EXPERIMENT]
+    left = (".checkpoint-20.elsewhere-1.abcd1234.tmp", ".best.abcd1234.tmp")  # any host, any age
+    for name in (*left, "checkpoint-10"):
+        (run.partial_dir / name).mkdir(parents=True)
+    seen = []
+
+    def train_run(run, params) -> None:
+        seen.append(sorted(p.name for p in run.partial_dir.iterdir()))
+
+    monkeypatch.setattr(runner, "train_run", train_run)
+    stage.obtain(run, params, "params.yaml", None, main_process=True)
+    assert seen == [["checkpoint-10"]]  # the checkpoint to resume from stays
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_uninterrupted_result(
     finished: Path, shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
