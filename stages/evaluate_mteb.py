@@ -10,7 +10,8 @@
 Settings come from params.yaml's ``mteb`` section (when there is one); flags override them.
 mteb's own result files stay under the cache folder, keyed by model name and revision, and are
 copied in mteb's results layout to ``mteb_results/`` beside the output (``mteb.ResultCache`` reads
-it: compare with published models using mteb's tooling).
+it: compare with published models using mteb's tooling); a stored evaluation keeps a copy of it,
+which reusing the evaluation writes back.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from stages.core.params import DEFAULT_PARAMS, Params, load_params
 from stages.core.runs import plan_runs
 from stages.evaluation_stage import add_target_arguments, run_evaluation
 from stages.modeling.encoder import EncoderError, SentenceEncoder
-from stages.mteb_protocol.native_results import native_results_dir
+from stages.mteb_protocol.native_results import NATIVE_DIR, native_results_dir
 
 DEFAULT_MAX_LENGTH = 512
 
@@ -73,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         # the matrix's own evaluation (settings as params give them) is stored under its id
         as_planned=bool(args.experiment) and params is not None and settings == planned,
         batch_size=settings.batch_size,
+        beside=(NATIVE_DIR,),
     )
     if results is None:
         print(f"wrote {output} (the stored result of the same evaluation)")

@@ -10,7 +10,7 @@ written only where ``--output`` says.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +48,18 @@ def run_evaluation(
     *,
     as_planned: bool,
     batch_size: int,
+    beside: Sequence[str] = (),
 ) -> tuple[Path, dict[str, Any] | None]:
     """Score the target of ``args`` and write the results JSON (with the environment; stored
-    under the evaluation's id when ``as_planned``). Returns the output and the results, or None
-    for the results when the stored result of the same evaluation was written instead."""
+    under the evaluation's id when ``as_planned``, with the folders named ``beside`` that
+    ``evaluate`` writes next to it). Returns the output and the results, or None for the
+    results when the stored result of the same evaluation was written instead."""
     if args.experiment:
         if params is None:
             raise StageError(f"--experiment needs a params file; {args.params} not found")
         output = Path(args.output or output_file(evaluation, args.experiment))
-        if as_planned and reuse_evaluation(evaluation, args.experiment, params, output):
+        folders = [output.parent / name for name in beside]
+        if as_planned and reuse_evaluation(evaluation, args.experiment, params, output, folders):
             return output, None
         encoder = encoder_for(args.experiment, params, batch_size=batch_size)
     elif not args.output:
@@ -76,6 +79,7 @@ def run_evaluation(
     results = evaluate(encoder, output)
     record = {**results, "environment": software()}
     if as_planned and params is not None:
-        record = store_evaluation(evaluation, args.experiment, params, record)
+        folders = [output.parent / name for name in beside]
+        record = store_evaluation(evaluation, args.experiment, params, record, folders)
     write_json(output, record)
     return output, results

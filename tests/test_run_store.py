@@ -1,5 +1,6 @@
 """The runs store as status sees it: complete runs, broken ones, runs made before code identity
-(listed as 'code unknown', reused only through `adopt`), and the environment warning."""
+(listed as 'code unknown', reused only through `adopt`), and the environment warning; stored
+evaluations and the folders they wrote beside their results."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import pytest
 from stages.core import layout
 from stages.core.errors import StageError
 from stages.core.params import load_params
-from stages.core.run_store import RUN_FILES, adopt_legacy_run, status_rows
+from stages.core.run_store import (
+    RUN_FILES,
+    adopt_legacy_run,
+    reuse_evaluation,
+    status_rows,
+    store_evaluation,
+)
 from stages.core.runs import plan_runs
 from stages.reporting.tables import environment_warning
 
@@ -74,6 +81,28 @@ def test_an_incomplete_run_folder_is_reported_broken(store: Path):
     (run.run_dir / "final" / "model.safetensors").unlink()
     state = rows_by_name(params)[EXPERIMENT]["run stored"]
     assert state == "broken (missing final/model.safetensors)"
+
+
+def test_a_stored_evaluation_writes_the_folders_beside_its_results_again(
+    store: Path, tmp_path: Path
+) -> None:
+    params = load_params(REPO / "params.yaml")
+    output = tmp_path / "experiments" / EXPERIMENT / "mteb.json"
+    native = output.parent / "mteb_results"
+    (native / "results" / "m").mkdir(parents=True)
+    (native / "results" / "m" / "STS12.json").write_text("12")
+    assert not reuse_evaluation("mteb", EXPERIMENT, params, output, [native])  # nothing stored
+    store_evaluation("mteb", EXPERIMENT, params, {"average": 1.0}, [native])
+
+    (native / "results" / "m" / "STS12.json").write_text("changed")
+    (native / "results" / "other").mkdir()
+    (native / "results" / "other" / "STS12.json").write_text("another model's")
+    assert reuse_evaluation("mteb", EXPERIMENT, params, output, [native])
+    assert (native / "results" / "m" / "STS12.json").read_text() == "12"
+    assert (native / "results" / "other" / "STS12.json").read_text() == "another model's"
+    assert json.loads(output.read_text())["average"] == 1.0
+    # a stored result without the folder asked for is not reused: computed again, it is stored
+    assert not reuse_evaluation("mteb", EXPERIMENT, params, output, [output.parent / "absent"])
 
 
 def test_the_report_warns_when_runs_differ_in_environment():

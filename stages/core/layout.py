@@ -85,3 +85,9 @@ def evaluation_file(stage: str, evaluation_id: str) -> Path:
     """A finished evaluation, content-addressed beside the runs it scores: reused whenever the
     same evaluation is asked for again (a DVC rerun after a comment edit, another checkout)."""
     return RUNS / "evaluations" / f"{stage}-{evaluation_id}.json"
+
+
+def evaluation_folders(stage: str, evaluation_id: str) -> Path:
+    """Copies of the folders a finished evaluation wrote beside its results JSON (MTEB's
+    ``mteb_results/``), stored with it so that reusing it writes them again."""
+    return RUNS / "evaluations" / f"{stage}-{evaluation_id}"

