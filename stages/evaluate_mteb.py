@@ -20,7 +20,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -32,8 +32,10 @@ from stages.core.mteb_task_sets import TASK_SETS, task_names
 from stages.core.params import DEFAULT_PARAMS, Params, load_params
 from stages.core.runs import plan_runs
 from stages.evaluation_stage import add_target_arguments, run_evaluation
-from stages.modeling.encoder import EncoderError, SentenceEncoder
 from stages.mteb_protocol.native_results import NATIVE_DIR, native_results_dir
+
+if TYPE_CHECKING:
+    from stages.modeling.encoder import SentenceEncoder
 
 DEFAULT_MAX_LENGTH = 512
 
@@ -87,6 +89,8 @@ def evaluate_encoder(
 ) -> dict[str, Any]:
     """The MTEB results of ``encoder`` under ``settings`` (expected failures: StageError); with
     ``native_dir``, also in mteb's own results layout there (``native_results.py``)."""
+    # Imported here, not at the top: a stage that reuses its stored result loads no torch or mteb.
+    from stages.modeling.encoder import EncoderError
     from stages.mteb_protocol.evaluate import LocalData, NoTaskEvaluated, evaluate_mteb
     from stages.mteb_protocol.local_data import LocalDataError, local_paths, local_tasks
     from stages.mteb_protocol.model import MtebEncoder

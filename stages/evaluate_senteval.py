@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stages.cli import parser, run
 from stages.core import layout
@@ -30,11 +30,10 @@ from stages.core.errors import StageError
 from stages.core.evaluations import SENTEVAL_TASKS, SentEvalParams
 from stages.core.params import DEFAULT_PARAMS, load_params
 from stages.evaluation_stage import add_target_arguments, run_evaluation
-from stages.modeling.encoder import EncoderError, SentenceEncoder
-from stages.senteval_protocol.cache import EmbeddingCache
-from stages.senteval_protocol.embeddings import EncoderOutputError
-from stages.senteval_protocol.evaluate import evaluate
 from stages.senteval_protocol.loaders import TASK_FOLDERS, DataFormatError, downstream_dir
+
+if TYPE_CHECKING:
+    from stages.modeling.encoder import SentenceEncoder
 
 DEFAULT_CACHE = layout.embedding_cache_dir()
 
@@ -47,6 +46,12 @@ def evaluate_encoder(
     cache_dir: str | Path | None = DEFAULT_CACHE,
 ) -> dict[str, Any]:
     """Results of ``encoder`` on ``settings.tasks`` (bad data or embeddings: StageError)."""
+    # Imported here, not at the top: a stage that reuses its stored result loads no torch.
+    from stages.modeling.encoder import EncoderError
+    from stages.senteval_protocol.cache import EmbeddingCache
+    from stages.senteval_protocol.embeddings import EncoderOutputError
+    from stages.senteval_protocol.evaluate import evaluate
+
     cache = EmbeddingCache(cache_dir, encoder.fingerprint) if cache_dir else None
     try:
         return evaluate(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stages.core.atomic import write_json
 from stages.core.environment import software
@@ -20,11 +20,12 @@ from stages.core.errors import StageError
 from stages.core.evaluations import output_file
 from stages.core.params import POOLERS, Params
 from stages.core.run_store import reuse_evaluation, store_evaluation
-from stages.evaluation_target import encoder_for, load_encoder
-from stages.modeling.encoder import SentenceEncoder
+
+if TYPE_CHECKING:
+    from stages.modeling.encoder import SentenceEncoder
 
 # (encoder, output path) -> the results the stage computes
-Evaluate = Callable[[SentenceEncoder, Path], dict[str, Any]]
+Evaluate = Callable[["SentenceEncoder", Path], dict[str, Any]]
 
 
 def add_target_arguments(p: argparse.ArgumentParser, max_length_help: str) -> None:
@@ -54,6 +55,9 @@ def run_evaluation(
     under the evaluation's id when ``as_planned``, with the folders named ``beside`` that
     ``evaluate`` writes next to it). Returns the output and the results, or None for the
     results when the stored result of the same evaluation was written instead."""
+    # Imported here: reusing a stored result never loads torch or a model (a no-op is instant).
+    from stages.evaluation_target import encoder_for, load_encoder
+
     if args.experiment:
         if params is None:
             raise StageError(f"--experiment needs a params file; {args.params} not found")

@@ -59,3 +59,23 @@ def test_no_import_cycles_in_stages() -> None:
             if back:
                 cycles.append(" -> ".join([importer, *back]))
     assert cycles == []
+
+
+STAGE_ENTRY_POINTS = (
+    "stages.train", "stages.evaluate_senteval", "stages.evaluate_mteb",
+    "stages.evaluations.sts_tsv", "stages.evaluation_stage",
+)  # fmt: skip
+
+
+def test_a_stage_imports_torch_only_when_it_computes() -> None:
+    """A stage whose result is stored answers from the store: its module (and the shared
+    evaluation glue up to the reuse check) imports no torch, transformers or mteb."""
+    script = (
+        "import sys, json\n"
+        + "".join(f"import {m}\n" for m in STAGE_ENTRY_POINTS)
+        + f"print(json.dumps(sorted(m for m in {HEAVY[:4]!r} if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(result.stdout) == []

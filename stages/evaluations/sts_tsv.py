@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ValidationError
@@ -30,9 +30,10 @@ from stages.core.errors import StageError
 from stages.core.evaluations import StsTsvParams
 from stages.core.params import DEFAULT_PARAMS, load_params
 from stages.evaluation_stage import add_target_arguments, run_evaluation
-from stages.modeling.encoder import EncoderError, SentenceEncoder
 from stages.senteval_protocol.loaders import DataFile, StsPairs, StsTask
-from stages.senteval_protocol.sts import score_sts
+
+if TYPE_CHECKING:
+    from stages.modeling.encoder import SentenceEncoder
 
 HEADER = ("sentence1", "sentence2", "score")
 
@@ -64,6 +65,10 @@ def read_pairs(name: str, path: Path) -> StsTask:
 
 def score_files(encoder: SentenceEncoder, files: dict[str, str]) -> dict[str, Any]:
     """Pearson and Spearman x100 of ``encoder`` on every file (all read before encoding)."""
+    # Imported here, not at the top: a stage that reuses its stored result loads no torch.
+    from stages.modeling.encoder import EncoderError
+    from stages.senteval_protocol.sts import score_sts
+
     tasks = {name: read_pairs(name, Path(path)) for name, path in files.items()}
     try:
         scored = {name: score_sts(task, encoder)[name] for name, task in tasks.items()}

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mteb.models import ModelMeta
+if TYPE_CHECKING:  # mteb takes seconds to import; native_results_dir is needed without it
+    from mteb.models import ModelMeta
 
 NATIVE_DIR = "mteb_results"
 

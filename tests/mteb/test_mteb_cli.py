@@ -100,7 +100,7 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
         calls.append((name, params.mteb.tasks, batch_size))
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
-    monkeypatch.setattr("stages.evaluation_stage.encoder_for", encoder_for)
+    monkeypatch.setattr("stages.evaluation_target.encoder_for", encoder_for)
     main(
         ["--experiment", "simcse-bert-base-42", "--tasks", "STSBenchmark", "--sts-raw-dir", OWN_STS]
     )

@@ -68,14 +68,14 @@ def test_a_reused_evaluation_writes_its_mteb_results_again(
     def encoder_for(name, params, *, batch_size):
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
-    monkeypatch.setattr("stages.evaluation_stage.encoder_for", encoder_for)
+    monkeypatch.setattr("stages.evaluation_target.encoder_for", encoder_for)
     main(["--experiment", BASELINE])
     native = tmp_path / "experiments" / BASELINE / "mteb_results"
     computed = files(native)
     assert any(name.endswith("STSBenchmark.json") for name in computed)
     shutil.rmtree(native)  # deleted by hand, or never copied by `dvc exp` / a fresh checkout
 
-    monkeypatch.setattr("stages.evaluation_stage.encoder_for", None)  # nothing is encoded
+    monkeypatch.setattr("stages.evaluation_target.encoder_for", None)  # nothing is encoded
     capsys.readouterr()
     main(["--experiment", BASELINE])
     assert "the stored result of the same evaluation" in capsys.readouterr().out
