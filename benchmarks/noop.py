@@ -70,6 +70,8 @@ def finished_workspace(root: Path, preset: str) -> None:
         sh(["snakemake", "--cores", "1", "--resources", "gpu=1", "--config", f"params={preset}"],
            root)  # fmt: skip
     sh([sys.executable, "-m", "stages.pipeline", "dvc", "--params", preset], root)
+    # what dvc.yaml's `code` stage writes (Snakemake does not need the manifests)
+    sh([sys.executable, "-m", "stages.pipeline", "code-manifests", "--params", preset], root)
     sh(["dvc", "commit", "-f", "-q"], root)  # DVC records the finished outputs: no-op from here
     # dvc commit relinks cached outputs (new mtimes): tell Snakemake they are up to date again
     sh(["snakemake", "--cores", "1", "--touch", "--config", f"params={preset}"], root)

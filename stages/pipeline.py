@@ -4,6 +4,8 @@
                                          environment each result was computed in
   python -m stages.pipeline dvc          regenerate dvc.yaml after changing the matrix
   python -m stages.pipeline check-dvc    fail if dvc.yaml is out of date with params.yaml
+  python -m stages.pipeline code-manifests   write the stages' code manifests (dvc.yaml's
+                                         `code` stage runs it)
   python -m stages.pipeline adopt NAME   reuse a run trained before code identity existed
   python -m stages.pipeline docs         regenerate README.md's table of the registered
                                          evaluations (stages/core/evaluations.py)
@@ -18,9 +20,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from stages.core.atomic import write_text
+from stages.core.atomic import write_json, write_text
 from stages.core.evaluations import with_evaluations_table
-from stages.core.jobs import DVC_YAML, build_jobs, check_dvc_yaml, dvc_yaml
+from stages.core.jobs import DVC_YAML, build_jobs, check_dvc_yaml, code_manifests, dvc_yaml
 from stages.core.params import DEFAULT_PARAMS, load_params
 from stages.core.run_store import adopt_legacy_run, status_rows
 
@@ -37,7 +39,9 @@ def print_table(rows: list[dict[str, str]]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("status", "dvc", "check-dvc", "adopt", "docs"))
+    parser.add_argument(
+        "command", choices=("status", "dvc", "check-dvc", "code-manifests", "adopt", "docs")
+    )
     parser.add_argument("experiment", nargs="?", help="adopt: the experiment to adopt a run for")
     parser.add_argument("--params", default=str(DEFAULT_PARAMS))
     args = parser.parse_args(argv)
@@ -50,6 +54,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         jobs = build_jobs(params, args.params)
         write_text(DVC_YAML, dvc_yaml(jobs, args.params))
         print(f"wrote {DVC_YAML} ({len(jobs)} stages)")
+    elif args.command == "code-manifests":
+        manifests = code_manifests(build_jobs(params, args.params))
+        for path, manifest in manifests.items():
+            write_json(Path(path), manifest)
+        print(f"wrote {len(manifests)} code manifests")
     elif args.command == "check-dvc":
         problem = check_dvc_yaml(args.params)
         if problem:

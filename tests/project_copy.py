@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from stages.core.jobs import build_jobs, dvc_yaml
+from stages.core.jobs import CODE_STAGE, build_jobs, dvc_yaml
 from stages.core.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,8 +80,9 @@ def snakemake_shape(root: Path) -> Shape:
 
 
 def dvc_shape(root: Path) -> Shape:
-    """DVC's reading of dvc.yaml: outputs -> (command, data dependencies); every stage's source
-    files, also DVC dependencies, must be those of its job."""
+    """DVC's reading of dvc.yaml: outputs -> (command, data dependencies) of every job's stage,
+    each of which depends on its job's code manifest; the `code` stage lists the source files
+    of all jobs and writes their manifests."""
     from dvc.repo import Repo
 
     jobs = {job.name: job for job in build_jobs(load_params(root / "params.yaml"))}
@@ -89,8 +90,14 @@ def dvc_shape(root: Path) -> Shape:
         shape: Shape = {}
         for stage in repo.index.stages:
             files = [dep.def_path for dep in stage.deps if not hasattr(dep, "params")]
-            code = [f for f in files if f.startswith("stages/") and f.endswith(".py")]
-            assert code == list(jobs[stage.name].code), stage.name
             outs = tuple(sorted(out.def_path for out in stage.outs))
-            shape[outs] = (stage.cmd, tuple(sorted(f for f in files if f not in code)))
+            if stage.name == CODE_STAGE:
+                assert files == sorted({f for job in jobs.values() for f in job.code})
+                manifests = {job.code_manifest for job in jobs.values() if job.code_manifest}
+                assert set(outs) == manifests
+                continue
+            manifest = jobs[stage.name].code_manifest
+            assert manifest is None or manifest in files, stage.name
+            assert not any(f.startswith("stages/") for f in files), stage.name
+            shape[outs] = (stage.cmd, tuple(sorted(f for f in files if f != manifest)))
         return shape

@@ -86,9 +86,9 @@ def test_a_comment_in_an_objective_reruns_nothing(workspaces: dict[str, Path]) -
     root = workspaces["dvc"]
     before, runs = results(root), trained_runs(root)
     output = dvc_repro(root)
-    # DVC hashes files, so it calls the train stage, which finds its run by id: nothing is
-    # trained, no output changes, and so nothing downstream runs.
-    assert stages_run_by_dvc(output) <= {"train.simace.tiny-bert.s42"}
+    # DVC hashes files, so it reruns the `code` stage; the code manifests it writes are
+    # unchanged (fingerprints ignore comments and docstrings), so nothing downstream runs.
+    assert stages_run_by_dvc(output) == {"code"}
     assert trained_runs(root) == runs and results(root) == before
 
 
@@ -104,7 +104,7 @@ def test_the_arithmetic_of_an_objective_retrains_exactly_its_runs(
         output = snakemake(root) if tool == "snakemake" else dvc_repro(root)
         if tool == "dvc":
             assert stages_run_by_dvc(output) == {
-                "train.simace.tiny-bert.s42", "senteval.simace.tiny-bert.s42", "report"
+                "code", "train.simace.tiny-bert.s42", "senteval.simace.tiny-bert.s42", "report"
             }  # fmt: skip
         assert len(trained_runs(root) - runs) == 1
         after = results(root)
@@ -123,7 +123,8 @@ def test_the_senteval_protocol_re_evaluates_every_run_and_retrains_none(
         runs = trained_runs(root)
         output = snakemake(root) if tool == "snakemake" else dvc_repro(root)
         if tool == "dvc":
-            assert stages_run_by_dvc(output) == {f"senteval.{n}" for n in EXPERIMENTS} | {"report"}
+            expected_dvc = {f"senteval.{n}" for n in EXPERIMENTS} | {"code", "report"}
+            assert stages_run_by_dvc(output) == expected_dvc
         assert trained_runs(root) == runs
 
 
@@ -134,11 +135,8 @@ def test_a_comment_in_the_protocol_recomputes_nothing(workspaces: dict[str, Path
     root = workspaces["dvc"]
     before = results(root)
     output = dvc_repro(root)
-    # DVC calls the SentEval stages (their source bytes changed); each finds its evaluation
-    # stored under the unchanged evaluation id and writes the same result, so the report
-    # does not run.
-    assert stages_run_by_dvc(output) == {f"senteval.{n}" for n in EXPERIMENTS}
-    assert output.count("the stored result of the same evaluation") == len(EXPERIMENTS)
+    # Only the `code` stage runs (the source bytes changed, its fingerprints did not).
+    assert stages_run_by_dvc(output) == {"code"}
     assert results(root) == before
 
 

@@ -7,6 +7,7 @@ orchestrators track, so renaming nothing and retraining nothing is ever needed t
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -79,6 +80,13 @@ def analyses_dir() -> Path:
 def embedding_cache_dir() -> Path:
     """SentEval embeddings per (encoder fingerprint, task): classifiers rerun without encoding."""
     return CACHE / "embeddings"
+
+
+def code_manifest_file(stage: str, entry_modules: tuple[str, ...]) -> Path:
+    """The code manifest of a stage's jobs with these entry modules (``stages.core.jobs``):
+    one file per distinct code, shared by the jobs that run the same code."""
+    digest = hashlib.sha256("\n".join(entry_modules).encode()).hexdigest()[:12]
+    return CACHE / "code" / f"{stage}-{digest}.json"
 
 
 def evaluation_file(stage: str, evaluation_id: str) -> Path:
