@@ -67,7 +67,8 @@ def test_dvc_train_stops_on_a_changed_stsb_dev_and_repro_restores_it(
     shared_data: Path, tmp_path: Path
 ) -> None:
     root = project_copy(tmp_path, tiny_params())
-    ok(tool(root, shared_data, "dvc", "repro", "download.corpus", "download.senteval"))
+    # the train stage's upstream: the data and its code manifest (`--single-item` runs none)
+    ok(tool(root, shared_data, "dvc", "repro", "download.corpus", "download.senteval", "code"))
     dev = root / STSB_DEV
     intact = dev.read_bytes()
     dev.write_bytes(intact.replace(b"\t", b" ", 1))
