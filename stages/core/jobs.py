@@ -48,6 +48,11 @@ DVC_HEADER = (
 )
 
 
+def params_flag(params_file: str) -> str:
+    """`` --params FILE`` unless it is the default params.yaml."""
+    return "" if params_file == str(DEFAULT_PARAMS) else f" --params {params_file}"
+
+
 @dataclass(frozen=True)
 class Job:
     """One stage invocation: ``python -m <module> <args> [--params FILE]``."""
@@ -77,7 +82,7 @@ class Job:
     @property
     def params_arg(self) -> str:
         """`` --params FILE`` unless the default params.yaml is used."""
-        return "" if self.params_file == str(DEFAULT_PARAMS) else f" --params {self.params_file}"
+        return params_flag(self.params_file)
 
     @property
     def cmd(self) -> str:
@@ -285,9 +290,8 @@ def code_stage(jobs: Sequence[Job], params_file: str) -> dict[str, Any]:
     fingerprint does."""
     files = sorted({f for job in jobs for f in job.code})
     manifests = sorted({job.code_manifest for job in jobs if job.code_manifest})
-    arg = "" if params_file == str(DEFAULT_PARAMS) else f" --params {params_file}"
     return {
-        "cmd": f"python -m stages.pipeline code-manifests{arg}",
+        "cmd": f"python -m stages.pipeline code-manifests{params_flag(params_file)}",
         "deps": files,
         "outs": [{path: {"cache": False}} for path in manifests],
     }
