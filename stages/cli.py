@@ -2,16 +2,21 @@
 
 Each stage module ends with ``if __name__ == "__main__": run(main)``. Expected failures (bad
 params, missing or corrupt data, a diverged run) are ``StageError``s and end the process with
-one readable message and exit status 2 instead of a traceback.
+one readable message and exit status 2 instead of a traceback; so does a full disk or quota,
+wherever it strikes (every output is written to a temporary and renamed, so nothing it cut
+short looks finished).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from stages.core.atomic import destination_of
 from stages.core.errors import ParamsError, StageError
 from stages.core.params import DEFAULT_PARAMS
 
@@ -48,6 +53,16 @@ def run(main: Callable[[Sequence[str] | None], object]) -> None:
         main(None)
     except (ParamsError, StageError) as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {destination_of(Path(err.filename))}" if err.filename else ""
+        print(
+            f"error: {err.strerror}{where}. Nothing this stage cut short is left looking "
+            "finished; free some space and rerun (finished outputs are reused).",
+            file=sys.stderr,
+        )
         sys.exit(2)
     except KeyboardInterrupt:
         print(

@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if results is None:
         print(f"wrote {output} (the stored result of the same evaluation)")
     else:
-        _print_summary(results, str(output))
+        _print_summary(results, output)
 
 
 def evaluate_encoder(
@@ -125,7 +125,8 @@ def evaluate_encoder(
         folder = write_native_results(
             settings.cache_dir, model.mteb_model_meta, results["evaluated"], native_dir
         )
-        results["mteb_native_results"] = str(folder)
+        # relative to the results JSON's folder: true wherever a stored result is written back
+        results["mteb_native_results"] = str(folder.relative_to(native_dir.parent))
     return results
 
 
@@ -167,7 +168,7 @@ def _declared_max_length(model: str, revision: str) -> int:
     return declared or DEFAULT_MAX_LENGTH
 
 
-def _print_summary(results: dict[str, Any], output: str) -> None:
+def _print_summary(results: dict[str, Any], output: Path) -> None:
     for name in results["evaluated"]:
         row = results["tasks"][name]
         print(f"{name:40s} {row['main_score']:6.2f}  {row['metric']}  ({row['data']})")
@@ -178,7 +179,8 @@ def _print_summary(results: dict[str, Any], output: str) -> None:
     print(f"average over {len(results['evaluated'])} tasks: {results['average']:.2f}")
     print(f"wrote {output}; mteb's result files: {results['mteb_results_dir']}")
     if "mteb_native_results" in results:
-        print(f"in mteb's results layout (mteb.ResultCache): {results['mteb_native_results']}")
+        native = output.parent / results["mteb_native_results"]
+        print(f"in mteb's results layout (mteb.ResultCache): {native}")
 
 
 if __name__ == "__main__":

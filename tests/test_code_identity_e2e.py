@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from project_copy import project_copy
-from test_end_to_end import SMOKE, dvc_repro, run, snakemake
+from test_end_to_end import SMOKE, ci_sized, dvc_repro, run, snakemake
 
 EXPERIMENTS = ("simcse.tiny-bert.s42", "simace.tiny-bert.s42")
 SIMACE = Path("stages/objectives/simace.py")
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e  # orchestrator runs: the e2e tier
 
 
 def params() -> dict:
-    raw = yaml.safe_load(SMOKE.read_text())
+    raw = ci_sized(yaml.safe_load(SMOKE.read_text()))
     raw["experiments"] = [{"methods": ["simcse", "simace"], "backbones": ["tiny-bert"]}]
     raw["senteval"]["tasks"] = ["STSBenchmark"]
     raw["mteb"]["enabled"] = False

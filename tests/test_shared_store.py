@@ -301,3 +301,43 @@ def test_the_runs_commands_list_push_pull_verify_and_gc(
     runs.main(["gc", "--keep", "params.yaml", "--yes"])
     assert "deleted 1 run(s)" in capsys.readouterr().out
     assert not (store / ("f" * 16)).exists() and (store / planned.run_id / MANIFEST).is_file()
+
+
+def test_two_fetches_of_one_run_in_one_workspace_both_succeed(tmp_path: Path) -> None:
+    """A parallel job that fetches the same run and finishes first leaves its copy in place; the
+    slower fetch drops its own, and neither leaves a temporary behind."""
+    store = SharedStore(str(tmp_path / "store"))
+    source = tmp_path / "trained" / "0123456789abcdef"
+    complete_run(source, EXPERIMENT)
+    store.publish(source.name, source, EXPERIMENT)
+    dest = tmp_path / "ws" / "runs" / source.name
+    copy_file = store.fs.get_file
+    calls = []
+
+    def get_file_while_another_fetch_finishes(rpath: str, lpath: str) -> None:
+        calls.append(rpath)
+        if len(calls) == 1:
+            store.fetch(source.name, dest)  # the other job, from start to end
+        copy_file(rpath, lpath)
+
+    store.fs.get_file = get_file_while_another_fetch_finishes
+    store.fetch(source.name, dest)
+
+    assert sorted(p.name for p in dest.parent.iterdir()) == [source.name]
+    assert all((dest / rel).read_text() == (source / rel).read_text() for rel in RUN_FILES)
+    assert read_origin(dest)["origin"] == "fetched"
+
+
+def test_a_fetch_removes_what_a_killed_fetch_of_this_host_left(tmp_path: Path) -> None:
+    from stages.core.atomic import HOST_TAG
+
+    store = SharedStore(str(tmp_path / "store"))
+    source = tmp_path / "trained" / "0123456789abcdef"
+    complete_run(source, EXPERIMENT)
+    store.publish(source.name, source, EXPERIMENT)
+    dest = tmp_path / "ws" / "runs" / source.name
+    no_such_pid = 2**22 + 1  # above Linux's highest pid
+    left = dest.parent / f".{dest.name}.{HOST_TAG}-{no_such_pid}.abc123.tmp" / dest.name
+    left.mkdir(parents=True)
+    store.fetch(source.name, dest)
+    assert sorted(p.name for p in dest.parent.iterdir()) == [source.name]

@@ -35,26 +35,33 @@ _ANY = re.compile(r"\..+\.[a-z0-9_]+\.tmp")
 
 
 @contextmanager
-def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path next to ``dest``; on success rename it to ``dest``.
-
-    Works for files and directories alike (whatever the body creates at the yielded path).
-    On error the temporary is removed and ``dest`` is left as it was; the temporaries of
-    ``dest`` that killed processes of this host left are removed first.
-    """
-    dest = Path(dest)
+def temporary_beside(dest: Path) -> Iterator[Path]:
+    """A new folder next to ``dest``, named as this process's temporary of it and removed on
+    exit; the temporaries of ``dest`` that killed processes of this host left are removed first."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(dest)
     prefix = f".{dest.name}.{HOST_TAG}-{os.getpid()}."
     tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=dest.parent))
-    work = tmp / (dest.name + suffix)
     try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path next to ``dest``; on success rename it to ``dest``.
+
+    Works for files and directories alike (whatever the body creates at the yielded path).
+    On error the temporary is removed and ``dest`` is left as it was.
+    """
+    dest = Path(dest)
+    with temporary_beside(dest) as tmp:
+        work = tmp / (dest.name + suffix)
         yield work
         if dest.is_dir() and not dest.is_symlink():
             shutil.rmtree(dest)
         os.replace(work, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove_stale_temporaries(dest: Path) -> None:
@@ -67,6 +74,16 @@ def remove_stale_temporaries(dest: Path) -> None:
             and not process_exists(int(owner["pid"]))
         ):
             shutil.rmtree(entry, ignore_errors=True)
+
+
+def destination_of(path: Path) -> Path:
+    """The output that a path inside a temporary of ``atomic_path`` is being written for;
+    ``path`` itself when it is not in one."""
+    for folder in path.parents:
+        owner = _OWNED.fullmatch(folder.name)
+        if owner:
+            return folder.parent / owner["dest"]
+    return path
 
 
 def remove_temporaries(folder: Path) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import threading
 import time
@@ -28,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from stages.core.atomic import temporary_beside
 from stages.core.data_check import CHUNK, sha256_of
 from stages.core.errors import StageError
 from stages.core.run_lock import RunLocked
@@ -98,13 +98,16 @@ class SharedStore:
         return sorted(ids)
 
     def fetch(self, run_id: str, dest: Path) -> None:
-        """Copy a complete run into ``dest`` (which must not exist), every file checked."""
+        """Copy a complete run into ``dest``, every file checked.
+
+        Each fetch copies into a temporary of its own process and renames it into place; when
+        another fetch of the same run (a parallel job of the workspace) got there first, its
+        copy stands and this one is dropped, so no fetch ever disturbs another's files."""
         manifest = self.manifest(run_id)
         if manifest is None:
             raise StoreError(f"{self.url}: has no complete run {run_id}")
-        staging = dest.with_name(dest.name + ".fetching")
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
+        with temporary_beside(dest) as tmp:
+            staging = tmp / dest.name
             for rel, meta in manifest["files"].items():
                 target = staging / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -118,9 +121,11 @@ class SharedStore:
                     )
             write_origin(staging, {"origin": "fetched", "store": self.url,
                                    "published": manifest.get("published")})  # fmt: skip
-            os.replace(staging, dest)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                os.rename(staging, dest)  # fails where dest is a folder holding files
+            except OSError:
+                if not all((dest / rel).is_file() for rel in manifest["files"]):
+                    raise
 
     def publish(self, run_id: str, folder: Path, experiment: str) -> None:
         """Upload a complete local run: its files, then the manifest (the commit point)."""
