@@ -99,15 +99,12 @@ ADAPTERS: dict[str, BackboneAdapter] = {
         BackboneAdapter(
             # pooler_dropout belongs to the classification heads' ContextPooler, not AutoModel
             "deberta-v2", "DeBERTa-v2 and -v3", BERT_DROPOUT, has_pooler=False,
-            attention=("eager",), ready_mask=False, token_type_ids=True,
-            padded_only="disentangled relative attention (content-to-position terms per layer)",
+            attention=("eager",), ready_mask=False, token_type_ids=True, packed_layout="deberta",
         ),
         BackboneAdapter(
             "modernbert", "ModernBERT", ("embedding_dropout", "attention_dropout", "mlp_dropout"),
             has_pooler=False, attention=("sdpa", "eager"), ready_mask=False,
-            token_type_ids=False, derived_keys=("layer_types",),
-            padded_only="rotary positions and sliding-window layers (its own unpadding needs "
-            "flash attention)",
+            token_type_ids=False, derived_keys=("layer_types",), packed_layout="modernbert",
         ),
         BackboneAdapter(
             "mpnet", "MPNet", BERT_DROPOUT, has_pooler=True, attention=("eager",),

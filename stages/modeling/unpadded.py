@@ -25,10 +25,19 @@ One ``PackedLayout`` per layer structure, named by the family's adapter
   or eager attention through transformers' attention functions;
 - ``distilbert``: DistilBERT (the same attention functions, its own module names);
 - ``mpnet``: MPNet, eager attention with its relative position bias (one (heads, length,
-  length) table per forward, added to the padding mask).
+  length) table per forward, added to the padding mask);
+- ``deberta``: DeBERTa-v2 and -v3, whose disentangled attention (content-to-position and
+  position-to-content scores from the relative position embeddings) is the model's own module
+  run over the padded layout, Q/K/V projections included; its output projection and
+  feed-forward run packed (three quarters of a layer's dense work). A DeBERTa with the
+  convolution after its first layer (``conv_kernel_size``, DeBERTa-v2 xlarge) is not covered;
+- ``modernbert``: ModernBERT, pre-LayerNorm layers with a gated feed-forward, rotary positions
+  applied to the scattered Q and K (the model's own rotary tables per layer type), the global
+  layers' padding mask and the local layers' sliding-window one built once per forward, and
+  the final LayerNorm on the packed states.
 
-``unpadding_unsupported`` says why another model is not covered (DeBERTa-v2/v3 and ModernBERT:
-their adapters' ``padded_only``); the callers then run the padded forward.
+``unpadding_unsupported`` says why another model is not covered (a family whose adapter says
+``padded_only``, a layout's own refusal); the callers then run the padded forward.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -91,10 +101,11 @@ def unpadding_unsupported(model: nn.Module) -> str | None:
         return f"position embeddings '{config.position_embedding_type}'"
     if config._attn_implementation not in MASKED_ATTENTION:
         return f"attention implementation '{config._attn_implementation}'"
-    missing = PACKED_LAYOUTS[adapter.packed_layout].missing(model)
+    layout = PACKED_LAYOUTS[adapter.packed_layout]
+    missing = layout.missing(model)
     if missing:
         return f"{type(model).__name__} has no {missing}"
-    return None
+    return layout.refuse(model)
 
 
 @dataclass(frozen=True)
@@ -201,18 +212,21 @@ def packed_forward(
         raise ValueError(f"cannot unpad {type(model).__name__}: {reason}")
     layout = PACKED_LAYOUTS[ADAPTERS[model.config.model_type].packed_layout]
     embedded = layout.embed(model, input_ids, token_type_ids)
-    bias = attention_bias(mask, model.config._attn_implementation, embedded.dtype)
-    bias = layout.with_position_bias(model, bias, embedded)
+    context = layout.context(model, mask, embedded)
     states = packing.pack(embedded)
     first_layer = None
-    for i, layer in enumerate(layout.layers(model)):
+    layers = layout.layers(model)
+    for i, layer in enumerate(layers):
         if getattr(layer, "gradient_checkpointing", False) and layer.training:
-            states = checkpoint(layout.layer, layer, states, bias, packing, use_reentrant=False)
+            states = checkpoint(layout.layer, layer, states, context, packing, use_reentrant=False)
         else:
-            states = layout.layer(layer, states, bias, packing)
+            states = layout.layer(layer, states, context, packing)
         if i == 0 and keep_first_layer:
             first_layer = states
-    return PackedStates(states, first_layer)
+    last = layout.finish(model, states)
+    if keep_first_layer and len(layers) == 1:
+        first_layer = last  # Hugging Face's hidden_states end with the finished states
+    return PackedStates(last, first_layer)
 
 
 def _qkv(projections: tuple[nn.Module, nn.Module, nn.Module], states: torch.Tensor) -> torch.Tensor:
@@ -262,8 +276,8 @@ def _attend(
 def padded_dropout(dropout: nn.Dropout, packed: torch.Tensor, packing: Packing) -> torch.Tensor:
     """``dropout`` on packed (tokens, hidden) rows with the mask the padded forward would draw:
     ``F.dropout`` of ones over the padded layout is that mask, scaled by 1 / (1 - p)."""
-    if not dropout.training or dropout.p == 0:
-        return packed
+    if not isinstance(dropout, nn.Dropout) or not dropout.training or dropout.p == 0:
+        return packed  # ModernBERT builds nn.Identity where its dropout is 0
     ones = packed.new_ones(packing.batch, packing.length, packed.shape[-1])
     return packed * packing.pack(F.dropout(ones, dropout.p, training=True))
 
@@ -315,28 +329,150 @@ def _mpnet_layer(
     return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, packing)
 
 
-def _mpnet_position_bias(
-    model: PreTrainedModel, bias: torch.Tensor, embedded: torch.Tensor
+def _padding_bias(
+    model: PreTrainedModel, mask: torch.Tensor, embedded: torch.Tensor
 ) -> torch.Tensor:
+    return attention_bias(mask, model.config._attn_implementation, embedded.dtype)
+
+
+def _mpnet_bias(model: PreTrainedModel, mask: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
     """The padding mask plus MPNet's relative position bias, computed for one row (it depends on
     the length only) and broadcast over the batch."""
-    return bias + model.encoder.compute_position_bias(embedded[:1])
+    return _padding_bias(model, mask, embedded) + model.encoder.compute_position_bias(embedded[:1])
+
+
+@dataclass(frozen=True)
+class DebertaContext:
+    """What DeBERTa's encoder hands every layer: the (batch, 1, length, length) mask, the
+    relative positions and the (normalised) relative position embeddings."""
+
+    mask: torch.Tensor
+    relative_pos: torch.Tensor | None
+    rel_embeddings: torch.Tensor | None
+
+
+def _deberta_context(
+    model: PreTrainedModel, mask: torch.Tensor, embedded: torch.Tensor
+) -> DebertaContext:
+    encoder = model.encoder
+    return DebertaContext(
+        encoder.get_attention_mask(mask), encoder.get_rel_pos(embedded), encoder.get_rel_embedding()
+    )
+
+
+def _deberta_layer(
+    layer: nn.Module, states: torch.Tensor, context: DebertaContext, packing: Packing
+) -> torch.Tensor:
+    """DeBERTa's attention module over the padded layout (its relative attention needs the
+    positions), then the output projection and feed-forward on the packed tokens."""
+    attention = layer.attention
+    attended, _ = attention.self(
+        packing.unpack(states),
+        context.mask,
+        relative_pos=context.relative_pos,
+        rel_embeddings=context.rel_embeddings,
+    )
+    attended = _dense_dropout_norm(attention.output, packing.pack(attended), states, packing)
+    return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, packing)
+
+
+def _deberta_refusal(model: PreTrainedModel) -> str | None:
+    if getattr(model.encoder, "conv", None) is not None:
+        return "the convolution after its first layer (conv_kernel_size)"
+    return None
+
+
+@dataclass(frozen=True)
+class ModernBertContext:
+    """Per layer type (``full_attention``, ``sliding_attention``): the attention mask and the
+    rotary (cos, sin) tables over the padded positions."""
+
+    masks: dict[str, torch.Tensor]
+    rotary: dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+
+def _modernbert_context(
+    model: PreTrainedModel, mask: torch.Tensor, embedded: torch.Tensor
+) -> ModernBertContext:
+    """The masks transformers builds for ModernBERT (a key within ``sliding_window`` positions
+    of the query, inclusive, for the local layers), in the form of ``attention_bias``."""
+    config = model.config
+    length = mask.shape[1]
+    positions = torch.arange(length, device=mask.device)
+    window = (positions[:, None] - positions[None, :]).abs() <= config.sliding_window
+    keys = mask.bool()[:, None, None, :]
+    allowed = {"full_attention": keys, "sliding_attention": keys & window}
+    if config._attn_implementation == "eager":
+        zeros = torch.zeros((), dtype=embedded.dtype, device=mask.device)
+        minimum = torch.finfo(embedded.dtype).min
+        masks = {t: zeros.expand(a.shape).masked_fill(~a, minimum) for t, a in allowed.items()}
+    else:
+        attention_bias(mask, config._attn_implementation)  # refuses other implementations
+        masks = allowed
+    position_ids = positions[None]
+    rotary = {t: model.rotary_emb(embedded, position_ids, t) for t in set(config.layer_types)}
+    return ModernBertContext(masks, rotary)
+
+
+def _modernbert_layer(
+    layer: nn.Module, states: torch.Tensor, context: ModernBertContext, packing: Packing
+) -> torch.Tensor:
+    """ModernBERT's encoder layer: pre-LayerNorm attention with rotary Q and K, then the gated
+    feed-forward (``act(input) * gate``), each added to the residual stream."""
+    attention = layer.attn
+    heads = attention.Wqkv.out_features // (3 * attention.head_dim)
+    qkv = attention.Wqkv(layer.attn_norm(states))
+    q, k, v = _split_heads(qkv, packing, heads)
+    cos, sin = context.rotary[layer.attention_type]
+    module = inspect.getmodule(type(attention))
+    q, k = module.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
+    attend = ALL_ATTENTION_FUNCTIONS.get_interface(
+        attention.config._attn_implementation, module.eager_attention_forward
+    )
+    attended, _ = attend(
+        attention,
+        q,
+        k,
+        v,
+        context.masks[layer.attention_type],
+        dropout=attention.attention_dropout if attention.training else 0.0,
+        scaling=attention.head_dim**-0.5,
+    )  # (batch, length, heads, head_size)
+    attended = packing.pack(attended.reshape(packing.batch, packing.length, -1))
+    states = states + padded_dropout(attention.out_drop, attention.Wo(attended), packing)
+    mlp = layer.mlp
+    hidden, gate = mlp.Wi(layer.mlp_norm(states)).chunk(2, dim=-1)
+    return states + mlp.Wo(padded_dropout(mlp.drop, mlp.act(hidden) * gate, packing))
 
 
 Embed = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor | None], torch.Tensor]
-PackedLayer = Callable[[nn.Module, torch.Tensor, torch.Tensor, Packing], torch.Tensor]
-PositionBias = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor], torch.Tensor]
+PackedLayer = Callable[[nn.Module, torch.Tensor, Any, Packing], torch.Tensor]
+LayerContext = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor], Any]
+Finish = Callable[[PreTrainedModel, torch.Tensor], torch.Tensor]
+
+
+def _finished(model: PreTrainedModel, states: torch.Tensor) -> torch.Tensor:
+    return states
+
+
+def _covered(model: PreTrainedModel) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
 class PackedLayout:
     """A layer structure: its embeddings (padded), where its layers are, one layer over packed
-    tokens, and what it adds to the padding mask (MPNet: its relative position bias)."""
+    tokens, what every layer is given besides the states (by default the padding mask in
+    ``attention_bias``'s form; MPNet adds its relative position bias, ModernBERT has masks and
+    rotary tables per layer type), what follows the last layer (ModernBERT's final norm), and
+    why a model of the family is not covered (None: it is)."""
 
     embed: Embed
     layers_path: tuple[str, ...]
     layer: PackedLayer
-    position_bias: PositionBias | None = None
+    context: LayerContext = _padding_bias
+    finish: Finish = _finished
+    refuse: Callable[[PreTrainedModel], str | None] = _covered
 
     def layers(self, model: nn.Module) -> nn.ModuleList:
         for name in self.layers_path:
@@ -354,11 +490,6 @@ class PackedLayout:
                 return ".".join(self.layers_path)
         return None
 
-    def with_position_bias(
-        self, model: PreTrainedModel, bias: torch.Tensor, embedded: torch.Tensor
-    ) -> torch.Tensor:
-        return bias if self.position_bias is None else self.position_bias(model, bias, embedded)
-
 
 PACKED_LAYOUTS = {
     "bert": PackedLayout(
@@ -375,6 +506,21 @@ PACKED_LAYOUTS = {
         lambda model, ids, types: model.embeddings(input_ids=ids),
         ("encoder", "layer"),
         _mpnet_layer,
-        _mpnet_position_bias,
+        _mpnet_bias,
+    ),
+    "deberta": PackedLayout(
+        # the padding rows it zeroes are left out anyway
+        lambda model, ids, types: model.embeddings(input_ids=ids, token_type_ids=types),
+        ("encoder", "layer"),
+        _deberta_layer,
+        _deberta_context,
+        refuse=_deberta_refusal,
+    ),
+    "modernbert": PackedLayout(
+        lambda model, ids, types: model.embeddings(input_ids=ids),
+        ("layers",),
+        _modernbert_layer,
+        _modernbert_context,
+        lambda model, states: model.final_norm(states),
     ),
 }

@@ -131,8 +131,8 @@ class ContrastiveModel(nn.Module):
             mask_in = attention_bias(
                 mask, self.encoder.config._attn_implementation, self.encoder.dtype
             )
-        else:
-            mask_in = mask
+        else:  # the 0/1 integers transformers documents (DeBERTa's convolution computes 1 - mask)
+            mask_in = mask.long()
         outputs = self.encoder(
             input_ids=ids,
             attention_mask=mask_in,

@@ -2,7 +2,8 @@
 initialised config of its architecture, built offline: dropout set in the family's own keys and
 really on in the views, off in the triplet branch; a few steps of the real training loop with the
 SimCSE head; the padded forward under each attention implementation against Hugging Face's own
-mask handling; the unpadded forward (or its stated fallback) against the padded one.
+mask handling; the unpadded forward against the padded one, and the padded fallback for what it
+does not cover.
 
 To add a family: its adapter, and its tiny config in ``TINY_CONFIGS`` (docs/extending.md)."""
 
@@ -52,7 +53,7 @@ PACKED_CASES = [
     if a.packed_layout is not None
     for implementation in a.attention
 ]
-PADDED_ONLY = [t for t, a in ADAPTERS.items() if a.packed_layout is None]
+WITHOUT_POOLER = [t for t, a in ADAPTERS.items() if not a.has_pooler]
 
 
 def test_every_supported_family_has_a_tiny_config_here() -> None:
@@ -60,27 +61,29 @@ def test_every_supported_family_has_a_tiny_config_here() -> None:
     assert {a.packed_layout for a in ADAPTERS.values()} - {None} <= set(PACKED_LAYOUTS)
 
 
+def tiny_backbone(folder, model_type: str, tokenizer, **extra: Any) -> BackboneParams:
+    """A model folder with only the family's config (``extra`` on top of its tiny one) and the
+    MiniLM tokenizer, loaded with ``random_init`` (the project's own path for tiny and timing
+    runs)."""
+    special = {
+        f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "cls", "sep")
+    }
+    if model_type == "modernbert":
+        special |= {"bos_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id}
+    config = AutoConfig.for_model(
+        model_type, vocab_size=len(tokenizer), **special, **TINY_CONFIGS[model_type], **extra
+    )
+    config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return BackboneParams(model=str(folder), random_init=SIZES)
+
+
 @pytest.fixture(scope="module")
 def backbones(tokenizer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, BackboneParams]:
-    """Per family, a model folder with only its config and the MiniLM tokenizer, loaded with
-    ``random_init`` (the project's own path for tiny and timing runs)."""
-    specs = {}
-    for model_type, extra in TINY_CONFIGS.items():
-        folder = tmp_path_factory.mktemp(model_type)
-        special = {
-            f"{name}_token_id": getattr(tokenizer, f"{name}_token_id")
-            for name in ("pad", "cls", "sep")
-        }
-        if model_type == "modernbert":
-            special |= {
-                "bos_token_id": tokenizer.cls_token_id,
-                "eos_token_id": tokenizer.sep_token_id,
-            }
-        config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **special, **extra)
-        config.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        specs[model_type] = BackboneParams(model=str(folder), random_init=SIZES)
-    return specs
+    return {
+        model_type: tiny_backbone(tmp_path_factory.mktemp(model_type), model_type, tokenizer)
+        for model_type in TINY_CONFIGS
+    }
 
 
 def reference(model, ids: torch.Tensor, mask: torch.Tensor, pooler: str) -> torch.Tensor:
@@ -283,16 +286,35 @@ def test_with_dropout_on_and_one_seed_unpadded_training_equals_padded(
     assert not torch.allclose(model.embed(ids, mask), runs[0][0])
 
 
-@pytest.mark.parametrize("model_type", PADDED_ONLY)
-def test_families_without_a_packed_forward_fall_back_to_the_padded_one(
-    model_type: str, backbones, tokenizer
+@pytest.mark.parametrize("model_type", WITHOUT_POOLER)
+def test_a_family_without_a_pooler_gets_the_simcse_head_attached(
+    model_type: str, backbones
 ) -> None:
     encoder = load_backbone(backbones[model_type], dropout=0.0)
     reset_mlp_head(encoder, seed=1)
     assert isinstance(encoder.pooler, PoolerHead)
-    assert adapter_for(model_type).padded_only in unpadding_unsupported(encoder)
     with pytest.raises(ValueError, match="has no pooler of its own"):
         ContrastiveModel(load_backbone(backbones[model_type], dropout=0.0), "cls")
+
+
+@pytest.mark.parametrize(
+    "case", ["deberta-v2 with its convolution", "a family declared padded only"]
+)
+def test_models_the_packed_forward_does_not_cover_run_the_padded_one(
+    case: str, backbones, tokenizer, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if case.startswith("deberta"):
+        params = tiny_backbone(tmp_path, "deberta-v2", tokenizer, conv_kernel_size=3)
+        reason = "the convolution after its first layer"
+    else:
+        reason = "declared padded only here"
+        monkeypatch.setitem(
+            ADAPTERS, "bert", replace(ADAPTERS["bert"], packed_layout=None, padded_only=reason)
+        )
+        params = backbones["bert"]
+    encoder = load_backbone(params, dropout=0.0)
+    reset_mlp_head(encoder, seed=1)
+    assert reason in unpadding_unsupported(encoder)
     ids, mask = padded_batch(tokenizer)
     for pooler in POOLERS:
         model = ContrastiveModel(encoder, pooler, unpad=True)
