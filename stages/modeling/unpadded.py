@@ -406,8 +406,7 @@ def _modernbert_context(
         zeros = torch.zeros((), dtype=embedded.dtype, device=mask.device)
         minimum = torch.finfo(embedded.dtype).min
         masks = {t: zeros.expand(a.shape).masked_fill(~a, minimum) for t, a in allowed.items()}
-    else:
-        attention_bias(mask, config._attn_implementation)  # refuses other implementations
+    else:  # SDPA: True attends
         masks = allowed
     position_ids = positions[None]
     rotary = {t: model.rotary_emb(embedded, position_ids, t) for t in set(config.layer_types)}
