@@ -14,6 +14,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CSE_DATA_DIR", REPO.parent / "shared" / "data"))
+# The longest modules of CI's slower tiers (6-17 min each on one core), collected first:
+# pytest-xdist (`--dist loadfile --no-loadscope-reorder`, as .ci/run calls it) then hands out
+# modules in collection order, so these start at once on the two workers and the short ones fill
+# in around them (by default xdist starts the modules with the most tests first, and these have
+# the fewest).
+LONGEST_FIRST = ("test_smoke_preset.py", "test_senteval_conformance.py", "test_end_to_end.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as found
 
 
 @pytest.fixture(scope="session")
