@@ -38,8 +38,9 @@ def test_smoke_preset_yields_every_table_and_figure_under_both_orchestrators(
         for m in ("arccse", "simace", "tcc", "align_uniform", "mat", "barlow_twins_modified",
                   "simcse-tau-0_1", "simace_margin_neg")
     ]  # fmt: skip
-    # One run store for both copies: the CI test above trains under each tool and compares the
-    # numbers; here DVC's stages for the whole preset take Snakemake's runs from the store.
+    # One run store for both copies: the cut-down test in test_end_to_end.py trains under each tool
+    # and compares the numbers; here DVC's stages for the whole preset take Snakemake's runs from
+    # the store.
     store = tmp_path / "runs"
     params = smoke_preset(size)
     by_snakemake = project_copy(tmp_path / "snakemake", params)
