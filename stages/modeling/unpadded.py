@@ -57,6 +57,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from stages.modeling.backbone_adapters import ADAPTERS, find_adapter
+from stages.modeling.dropout import dropout_mask
 
 # Attention implementations that take a (batch, 1, 1, keys) mask ready made, and its form.
 MASKED_ATTENTION = frozenset({"sdpa", "eager"})
@@ -274,12 +275,12 @@ def _attend(
 
 
 def padded_dropout(dropout: nn.Dropout, packed: torch.Tensor, packing: Packing) -> torch.Tensor:
-    """``dropout`` on packed (tokens, hidden) rows with the mask the padded forward would draw:
-    ``F.dropout`` of ones over the padded layout is that mask, scaled by 1 / (1 - p)."""
+    """``dropout`` on packed (tokens, hidden) rows with the mask the padded forward would draw
+    over the padded layout (scaled by 1 / (1 - p))."""
     if not isinstance(dropout, nn.Dropout) or not dropout.training or dropout.p == 0:
         return packed  # ModernBERT builds nn.Identity where its dropout is 0
-    ones = packed.new_ones(packing.batch, packing.length, packed.shape[-1])
-    return packed * packing.pack(F.dropout(ones, dropout.p, training=True))
+    mask = dropout_mask(dropout, (packing.batch, packing.length, packed.shape[-1]), packed)
+    return packed * packing.pack(mask)
 
 
 def _dense_dropout_norm(

@@ -20,6 +20,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.modeling.backbone import load_backbone, load_tokenizer
+from stages.modeling.dropout import use_fast_dropout
 from stages.training import distributed as dist_util
 from stages.training.data import (
     BatchPlan,
@@ -168,6 +169,7 @@ def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
     train = job.train
     torch.manual_seed(job.seed)
     encoder = load_backbone(job.backbone, seed=job.seed, dropout=train.dropout)
+    use_fast_dropout(encoder)
     if train.pooler == "cls":
         reset_mlp_head(encoder, job.seed)
     else:
