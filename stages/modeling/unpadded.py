@@ -15,8 +15,9 @@ forward's up to float rounding at the real tokens. Dropout after a dense layer d
 for the whole padded (batch, length, hidden) layout, exactly as the padded forward draws it (same
 shape, dtype, device and call order, so the same random numbers), and keeps the real tokens'
 rows: with the same seed, a training step unpadded equals the padded one up to float rounding,
-and switching ``train.unpad`` changes no random number of a run. Drawing the mask costs about a
-hundredth of the dense layer it follows.
+and switching ``train.unpad`` changes no random number of a run. The masks come from the
+dropout module (``stages.modeling.dropout.dropout_mask``; the trainer's ``FastDropout`` draws
+them cheaply on the CPU).
 
 One ``PackedLayout`` per layer structure, named by the family's adapter
 (``stages.modeling.backbone_adapters``: ``packed_layout``):
