@@ -2,7 +2,7 @@
 
 torch's CPU dropout draws one double-precision Bernoulli number per element, serially
 (``bernoulli_``), then scales and multiplies: about 20 ns per element on the 2-core AMD machine
-the benchmarks run on, a third of a CPU training step of all-MiniLM-L6-v2. ``FastDropout`` draws
+the benchmarks run on, about a fifth of a CPU forward + backward. ``FastDropout`` draws
 the same distribution from the same generator (torch's default one, so seeding, per-rank
 streams, checkpointed RNG states and gradient checkpointing's replay all hold as they are) in
 about a quarter of the time: 64-bit random words (``random_``: one Mersenne-Twister output per
