@@ -4,9 +4,10 @@
 checkpoint directory (whose ``encoder.json`` names the evaluation pooler; an explicit pooler
 overrides it and is recorded as such). It tokenises with padding and truncation (512 tokens by
 default, i.e. no truncation for BERT-sized models, as SimCSE's evaluation), encodes each distinct
-sentence once in length-sorted batches under ``torch.inference_mode`` on the GPU when there is
-one, and returns float32 rows in input order. Non-finite embeddings raise an error naming the
-model and an offending sentence instead of silently scoring zeros.
+sentence once in length-sorted batches (``length_batches``: mostly of one length, so without
+padding) under ``torch.inference_mode`` on the GPU when there is one, and returns float32 rows in
+input order. Non-finite embeddings raise an error naming the model and an offending sentence
+instead of silently scoring zeros.
 
 ``fingerprint`` identifies what the encoder computes (weights, pooler, tokenisation, precision),
 for caching embeddings: a trained checkpoint's run id, else a hash of the model files, else the hub
@@ -38,7 +39,7 @@ from stages.modeling.unpadded import Packing, packed_forward, unpadding_unsuppor
 Precision = Literal["fp32", "bf16", "fp16"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # Bump when the text -> vector computation changes in a way the other fingerprint parts miss.
-ENCODING_VERSION = 1
+ENCODING_VERSION = 2
 
 
 class EncoderError(ValueError):
@@ -75,7 +76,8 @@ def embed(
     if not distinct:
         return np.zeros((0, model.config.hidden_size), dtype=np.float32)
     tokens = tokenizer(list(distinct), truncation=True, max_length=max_length)
-    order = np.argsort([len(ids) for ids in tokens["input_ids"]], kind="stable")
+    lengths = np.array([len(ids) for ids in tokens["input_ids"]])
+    order = np.argsort(lengths, kind="stable")
     device = next(model.parameters()).device
     autocast = torch.autocast(device.type, dtype=DTYPES.get(precision), enabled=precision != "fp32")
     rows = np.empty((len(distinct), model.config.hidden_size), dtype=np.float32)
@@ -85,8 +87,8 @@ def embed(
     drop_types = adapter is not None and not adapter.token_type_ids
     head = pooler_head(model)
     with torch.inference_mode(), autocast:
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
+        for start, stop in length_batches(lengths[order], batch_size):
+            idx = order[start:stop]
             batch = tokenizer.pad(
                 {k: [v[i] for i in idx] for k, v in tokens.items()}, return_tensors="pt"
             )
@@ -118,6 +120,22 @@ def embed(
             rows[idx] = vectors.cpu().numpy()
     index = {s: i for i, s in enumerate(distinct)}
     return rows[[index[s] for s in sentences]]
+
+
+def length_batches(sorted_lengths: np.ndarray, batch_size: int) -> list[tuple[int, int]]:
+    """[start, stop) batches of at most ``batch_size`` over lengths sorted ascending. A batch
+    ends where the length changes once it holds a quarter of ``batch_size`` rows, so most
+    batches have no padding at all (packing them is a reshape, and their attention needs no
+    mask) while rare lengths still share a batch instead of running one tiny batch each."""
+    enough = max(1, batch_size // 4)
+    batches, start = [], 0
+    for i in range(1, len(sorted_lengths) + 1):
+        size = i - start
+        ends_run = i == len(sorted_lengths) or sorted_lengths[i] != sorted_lengths[i - 1]
+        if size == batch_size or (ends_run and size >= enough) or i == len(sorted_lengths):
+            batches.append((start, i))
+            start = i
+    return batches
 
 
 def _mover(device: torch.device):

@@ -178,14 +178,20 @@ class Packing:
             self.length,
         )
 
+    @property
+    def dense(self) -> bool:
+        """No padding at all (every row as long as the batch): packing is a reshape."""
+        return self.tokens == self.batch * self.length
+
     def pack(self, padded: torch.Tensor) -> torch.Tensor:
         """(batch, length, ...) -> (tokens, ...)."""
-        return padded.reshape(self.batch * self.length, *padded.shape[2:]).index_select(
-            0, self.indices
-        )
+        flat = padded.reshape(self.batch * self.length, *padded.shape[2:])
+        return flat if self.dense else flat.index_select(0, self.indices)
 
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """(tokens, ...) -> (batch, length, ...), zeros at the padding."""
+        if self.dense:
+            return packed.view(self.batch, self.length, *packed.shape[1:])
         shape = (self.batch * self.length, *packed.shape[1:])
         padded = packed.new_zeros(shape).index_copy_(0, self.indices, packed)
         return padded.view(self.batch, self.length, *packed.shape[1:])
@@ -260,19 +266,51 @@ def _attention_function(attention: nn.Module) -> Callable[..., tuple[torch.Tenso
 def _attend(
     attention: nn.Module, qkv: torch.Tensor, bias: torch.Tensor, packing: Packing, heads: int
 ) -> torch.Tensor:
-    """Packed attention context (tokens, hidden) through transformers' attention function for
-    the model's implementation, over the padded layout with the padding masked out."""
+    """Packed attention context (tokens, hidden) over the padded layout with the padding masked
+    out: through transformers' attention function for the model's implementation, or, for a
+    short batch evaluated on the CPU, ``_short_cpu_attention``."""
     q, k, v = _split_heads(qkv, packing, heads)
-    context, _ = _attention_function(attention)(
-        attention,
-        q,
-        k,
-        v,
-        bias,
-        dropout=attention.dropout.p if attention.training else 0.0,
-        scaling=attention.scaling,
-    )  # (batch, length, heads, head_size)
+    if not attention.training and q.device.type == "cpu" and packing.length <= SHORT_CPU_LENGTH:
+        context = _short_cpu_attention(q, k, v, None if packing.dense else bias, attention.scaling)
+    else:
+        context, _ = _attention_function(attention)(
+            attention,
+            q,
+            k,
+            v,
+            bias,
+            dropout=attention.dropout.p if attention.training else 0.0,
+            scaling=attention.scaling,
+        )  # (batch, length, heads, head_size)
     return packing.pack(context.reshape(packing.batch, packing.length, -1))
+
+
+# Up to this many positions, attention without dropout on the CPU runs as two batched matrix
+# products and a softmax: SDPA's CPU kernel works in blocks and costs more for such short rows
+# (benchmarks/short_attention.py); from about 24 positions on SDPA is as fast or faster.
+SHORT_CPU_LENGTH = 16
+
+
+def _short_cpu_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scaling: float
+) -> torch.Tensor:
+    """softmax(q kᵀ · scaling + mask) v for (batch, heads, length, head_size) q, k, v, with
+    ``mask`` (batch, 1, 1, keys) boolean (True: attend), additive, or None; returned as
+    (batch, length, heads, head_size), the attention functions' layout."""
+    batch, heads, length, size = q.shape
+    rows = (batch * heads, length, size)
+    keys = k.reshape(rows).transpose(1, 2)
+    if mask is None:
+        scores = torch.bmm(q.reshape(rows), keys).mul_(scaling)
+    else:
+        if mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
+                ~mask, torch.finfo(q.dtype).min
+            )
+        bias = mask.expand(batch, heads, 1, length).reshape(batch * heads, 1, length)
+        scores = torch.baddbmm(bias, q.reshape(rows), keys, alpha=scaling)
+    context = torch.bmm(scores.softmax(dim=-1), v.reshape(rows))
+    return context.view(batch, heads, length, size).transpose(1, 2)
 
 
 def padded_dropout(dropout: nn.Dropout, packed: torch.Tensor, packing: Packing) -> torch.Tensor:

@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from senteval_testing import save_tiny_bert
 from transformers import AutoModel, AutoTokenizer
 
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
-from stages.modeling.encoder import EncoderError, SentenceEncoder
+from stages.modeling.encoder import EncoderError, SentenceEncoder, length_batches
 from stages.modeling.pooling import pool
 
 SENTENCES = ["a man plays a guitar .", "two dogs run", "a man plays a guitar .", "", "hi"]
@@ -87,3 +89,31 @@ def test_missing_pooler_weights_refuse_the_cls_pooler(tiny_bert: Path, tmp_path:
         1,
         32,
     )
+
+
+@given(
+    st.lists(st.integers(1, 6), max_size=60).map(sorted),
+    st.integers(1, 9),
+)
+def test_length_batches_cover_the_rows_in_order_and_mostly_hold_one_length(
+    lengths: list[int], batch_size: int
+) -> None:
+    batches = length_batches(np.array(lengths), batch_size)
+    assert [i for start, stop in batches for i in range(start, stop)] == list(range(len(lengths)))
+    quarter = max(1, batch_size // 4)
+    for start, stop in batches:
+        assert 0 < stop - start <= batch_size
+        for i in range(start + 1, stop):  # a batch goes on past a length change only while short
+            if lengths[i] != lengths[i - 1]:
+                assert i - start < quarter
+    for start, stop in batches[:-1]:  # cut early only at a length change, never below a quarter
+        if stop - start < batch_size:
+            assert lengths[stop] != lengths[stop - 1] and stop - start >= quarter
+
+
+def test_sorted_sentences_are_batched_by_length() -> None:
+    lengths = np.array([3] * 5 + [4] * 2 + [5] * 9 + [9])
+    by_four = [(0, 4), (4, 5), (5, 7), (7, 11), (11, 15), (15, 16), (16, 17)]
+    assert length_batches(lengths, 4) == by_four
+    assert length_batches(lengths, 24) == [(0, 7), (7, 16), (16, 17)]  # 5 and 2 rows share one
+    assert length_batches(np.array([], dtype=int), 4) == []

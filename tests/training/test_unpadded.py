@@ -15,7 +15,12 @@ from stages.core.params import POOLERS
 from stages.modeling.backbone import load_backbone
 from stages.modeling.encoder import embed
 from stages.modeling.pooling import pool
-from stages.modeling.unpadded import Packing, attention_bias, unpadding_unsupported
+from stages.modeling.unpadded import (
+    Packing,
+    _short_cpu_attention,
+    attention_bias,
+    unpadding_unsupported,
+)
 from stages.training.model import ContrastiveModel
 
 
@@ -177,9 +182,9 @@ def test_the_evaluation_encoder_runs_the_unpadded_forward(tokenizer, monkeypatch
         encoder_module, "packed_forward", lambda *a, **k: calls.append(1) or original(*a, **k)
     )
     embed(encoder("bert", tokenizer).eval(), tokenizer, SENTENCES, "mean", batch_size=2)
-    assert len(calls) == 2
+    assert len(calls) == 4  # four lengths: a batch each (a quarter of 2 rows is one)
     embed(encoder("bert", tokenizer).eval(), tokenizer, SENTENCES, "mean", unpad=False)
-    assert len(calls) == 2
+    assert len(calls) == 4
 
 
 def test_packing_of_a_right_padded_mask() -> None:
@@ -195,6 +200,64 @@ def test_packing_of_a_right_padded_mask() -> None:
     torch.testing.assert_close(packing.pack(packing.unpack(states)), states)
     with pytest.raises(ValueError, match="right padding"):
         Packing.from_mask(np.array([[0, 1], [1, 1]], dtype=bool))
+
+
+def test_a_batch_without_padding_packs_by_reshaping() -> None:
+    packing = Packing.from_mask(np.ones((2, 3), dtype=bool))
+    assert packing.dense and not Packing.from_mask(np.array([[1, 1], [1, 0]], bool)).dense
+    padded = torch.arange(12.0).view(2, 3, 2)
+    packed = packing.pack(padded)
+    assert packed.data_ptr() == padded.data_ptr() and packed.shape == (6, 2)
+    assert packing.unpack(packed).data_ptr() == padded.data_ptr()
+    torch.testing.assert_close(packing.unpack(packed), padded)
+    assert packing.repeated(2).dense
+
+
+# --- short batches evaluated on the CPU: batched matrix products instead of SDPA's kernel ------
+
+
+@pytest.mark.parametrize("mask_kind", ["boolean", "additive", "none"])
+def test_short_cpu_attention_equals_sdpa(mask_kind: str) -> None:
+    q, k, v = torch.randn(3, 4, 2, 6, 8, generator=torch.Generator().manual_seed(0))
+    keys = torch.tensor([[1] * 6, [1] * 6, [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0]], dtype=bool)
+    mask = {
+        "boolean": keys[:, None, None, :],
+        "additive": attention_bias(keys, "eager"),
+        "none": None,
+    }[mask_kind]
+    expected = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=None if mask is None else keys[:, None, None, :], scale=0.3
+    ).transpose(1, 2)
+    got = _short_cpu_attention(q, k, v, mask, 0.3)
+    assert got.shape == (4, 6, 2, 8)  # (batch, length, heads, head_size)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_short_evaluation_batches_on_the_cpu_equal_the_padded_forward_with_gradients(
+    family: str, pooler: str, tokenizer, monkeypatch
+) -> None:
+    """In evaluation mode (gradient analyses keep gradients on) the short path gives the padded
+    forward's outputs and gradients; a batch longer than SHORT_CPU_LENGTH goes through
+    transformers' attention function."""
+    import stages.modeling.unpadded as unpadded
+
+    short = []
+    original = unpadded._short_cpu_attention
+    monkeypatch.setattr(
+        unpadded, "_short_cpu_attention", lambda *a: short.append(1) or original(*a)
+    )
+    model = encoder(family, tokenizer).eval()
+    ids, mask = padded_batch(tokenizer)
+    monkeypatch.setattr(unpadded, "SHORT_CPU_LENGTH", ids.shape[1])
+    contrastive = ContrastiveModel(model, pooler)
+    padded = output_and_grads(model, lambda: reference(model, ids, mask, pooler))
+    assert_same(output_and_grads(model, lambda: contrastive.embed(ids, mask)), padded)
+    assert len(short) == model.config.num_hidden_layers
+    monkeypatch.setattr(unpadded, "SHORT_CPU_LENGTH", ids.shape[1] - 1)
+    assert_same(output_and_grads(model, lambda: contrastive.embed(ids, mask)), padded)
+    assert len(short) == model.config.num_hidden_layers
 
 
 def test_models_without_a_packed_forward_are_not_unpadded(tokenizer) -> None:
