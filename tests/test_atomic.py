@@ -1,5 +1,6 @@
 """Atomic writes: a killed writer's temporary is removed by the next write of the same output,
-and only then: never one of a live process, of another machine or of another output."""
+and only then: never one of a live process, of another machine (until it has been untouched
+for a week) or of another output."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from stages.core.atomic import HOST_TAG, write_text
+from stages.core.atomic import FOREIGN_STALE_S, HOST_TAG, write_text
 
 REPO = Path(__file__).resolve().parents[1]
 KILLED_WRITER = """
@@ -49,3 +51,20 @@ def test_temporaries_of_live_writers_other_machines_and_other_outputs_stay(
         (tmp_path / name).mkdir()
     write_text(tmp_path / "out.json", "{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, "out.json"])
+
+
+def test_another_machines_temporary_goes_once_nothing_in_it_changed_for_a_week(
+    tmp_path: Path,
+) -> None:
+    week_ago = time.time() - FOREIGN_STALE_S - 60
+    abandoned = tmp_path / ".out.json.elsewhere-1.abcd1234.tmp"
+    (abandoned / "nested").mkdir(parents=True)
+    (abandoned / "nested" / "part").write_text("half")
+    busy = tmp_path / ".out.json.elsewhere-2.efgh5678.tmp"
+    (busy / "nested").mkdir(parents=True)
+    (busy / "nested" / "part").write_text("being written")  # written just now
+    for path in (abandoned / "nested" / "part", abandoned / "nested", abandoned, busy / "nested",
+                 busy):  # fmt: skip
+        os.utime(path, (week_ago, week_ago))
+    write_text(tmp_path / "out.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([busy.name, "out.json"])

@@ -5,8 +5,10 @@ place (rename is atomic within one filesystem), so a reader sees either nothing 
 
 A SIGKILL runs no cleanup, so a killed writer leaves its temporary behind: hidden, never taken
 for the output. Its name says whose it is, ``.<dest name>.<host>-<pid>.<random>.tmp``, so the
-next write of the same destination removes those of processes of this host that are gone; a
-temporary of another machine stays, since whether its writer lives cannot be told from here.
+next write of the same destination removes those of processes of this host that are gone. Whether
+the writer of another machine's temporary lives cannot be told from here (a shared filesystem),
+so such a temporary stays until nothing in it has changed for ``FOREIGN_STALE_S`` (a week: no
+write of this project pauses that long).
 The one writer of a folder (the holder of a run's lock) removes every temporary in it
 (``remove_temporaries``).
 """
@@ -19,6 +21,7 @@ import re
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +35,7 @@ HOST_TAG = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())
 _OWNED = re.compile(r"\.(?P<dest>.+)\.(?P<host>[^.]+)-(?P<pid>\d+)\.[a-z0-9_]+\.tmp")
 # Any temporary of atomic_path, also those named before the owner was (.<dest>.<random>.tmp).
 _ANY = re.compile(r"\..+\.[a-z0-9_]+\.tmp")
+FOREIGN_STALE_S = 7 * 24 * 3600.0
 
 
 @contextmanager
@@ -65,15 +69,30 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
 
 
 def remove_stale_temporaries(dest: Path) -> None:
-    """Remove the temporaries of ``dest`` whose writer, a process of this host, is gone."""
+    """Remove the temporaries of ``dest`` whose writer, a process of this host, is gone, and
+    those of other hosts in which nothing has changed for ``FOREIGN_STALE_S``."""
     for entry in dest.parent.iterdir():
         owner = _OWNED.fullmatch(entry.name)
-        if (
-            owner
-            and (owner["dest"], owner["host"]) == (dest.name, HOST_TAG)
-            and not process_exists(int(owner["pid"]))
-        ):
+        if not owner or owner["dest"] != dest.name:
+            continue
+        if owner["host"] == HOST_TAG:
+            stale = not process_exists(int(owner["pid"]))
+        else:
+            stale = time.time() - last_change(entry) > FOREIGN_STALE_S
+        if stale:
             shutil.rmtree(entry, ignore_errors=True)
+
+
+def last_change(folder: Path) -> float:
+    """The newest modification time of ``folder`` and everything under it."""
+    newest = folder.lstat().st_mtime
+    for root, folders, files in os.walk(folder):
+        for name in folders + files:
+            try:
+                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+            except FileNotFoundError:  # removed meanwhile
+                continue
+    return newest
 
 
 def destination_of(path: Path) -> Path:

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
 from stages.core.params import SamParams, TrainParams
+from stages.training import runtime
 from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler
 from stages.training.runtime import resolve_runtime
 
@@ -156,3 +158,20 @@ def test_runtime_on_a_gpu_machine_uses_bf16_and_pinned_copies(
     cpu = resolve_runtime("auto", "auto")
     assert (cpu.device.type, cpu.precision, cpu.pin_memory) == ("cpu", "fp32", False)
     assert resolve_runtime("cpu", "bf16").autocast_dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("units", [True, False])
+def test_bf16_on_a_cpu_without_bf16_units_warns_that_it_is_emulated(
+    units: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "cpu_has_bf16_units", lambda: units)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert resolve_runtime("cpu", "bf16").precision == "bf16"
+        resolve_runtime("cpu", "fp32")
+        resolve_runtime("cpu", "auto")
+    messages = [str(w.message) for w in caught]
+    if units:
+        assert messages == []
+    else:  # once, for the bf16 request only
+        assert len(messages) == 1 and "without bf16 matrix units" in messages[0]
