@@ -127,12 +127,15 @@ def length_batches(sorted_lengths: np.ndarray, batch_size: int) -> list[tuple[in
     ends where the length changes once it holds a quarter of ``batch_size`` rows, so most
     batches have no padding at all (packing them is a reshape, and their attention needs no
     mask) while rare lengths still share a batch instead of running one tiny batch each."""
-    enough = max(1, batch_size // 4)
+    enough, rows = max(1, batch_size // 4), len(sorted_lengths)
     batches, start = [], 0
-    for i in range(1, len(sorted_lengths) + 1):
+    for i in range(1, rows + 1):
         size = i - start
-        ends_run = i == len(sorted_lengths) or sorted_lengths[i] != sorted_lengths[i - 1]
-        if size == batch_size or (ends_run and size >= enough) or i == len(sorted_lengths):
+        if (
+            size == batch_size
+            or i == rows
+            or (size >= enough and sorted_lengths[i] != sorted_lengths[i - 1])
+        ):
             batches.append((start, i))
             start = i
     return batches

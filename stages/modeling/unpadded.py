@@ -303,10 +303,8 @@ def _short_cpu_attention(
     if mask is None:
         scores = torch.bmm(q.reshape(rows), keys).mul_(scaling)
     else:
-        if mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
-                ~mask, torch.finfo(q.dtype).min
-            )
+        if mask.dtype == torch.bool:  # SDPA's form, (batch, 1, 1, keys)
+            mask = attention_bias(mask[:, 0, 0, :], "eager", q.dtype)
         bias = mask.expand(batch, heads, 1, length).reshape(batch * heads, 1, length)
         scores = torch.baddbmm(bias, q.reshape(rows), keys, alpha=scaling)
     context = torch.bmm(scores.softmax(dim=-1), v.reshape(rows))

@@ -62,7 +62,7 @@ def resolve_runtime(device: str, precision: str, local_rank: int = 0) -> Runtime
         warnings.warn(
             "train.precision is 'bf16' on a CPU without bf16 matrix units (AVX512-BF16 or AMX): "
             "torch emulates its bf16 matrix products, which is many times slower than fp32 "
-            "here (about 11x on a 2-core AVX2 machine); fp32 ('auto') is faster and exact",
+            "here (about 11x on a 2-core AVX2 machine); fp32 ('auto') is faster",
             stacklevel=2,
         )
     return Runtime(
