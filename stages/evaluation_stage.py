@@ -55,9 +55,8 @@ def run_evaluation(
     under the evaluation's id when ``as_planned``, with the folders named ``beside`` that
     ``evaluate`` writes next to it). Returns the output and the results, or None for the
     results when the stored result of the same evaluation was written instead."""
-    # Imported here: reusing a stored result never loads torch or a model (a no-op is instant).
-    from stages.evaluation_target import encoder_for, load_encoder
-
+    # stages.evaluation_target is imported only once a model is needed: it loads torch and
+    # transformers (~8 s of a stage's start), and a result reused from the store needs neither.
     if args.experiment:
         if params is None:
             raise StageError(f"--experiment needs a params file; {args.params} not found")
@@ -65,10 +64,14 @@ def run_evaluation(
         folders = [output.parent / name for name in beside]
         if as_planned and reuse_evaluation(evaluation, args.experiment, params, output, folders):
             return output, None
+        from stages.evaluation_target import encoder_for
+
         encoder = encoder_for(args.experiment, params, batch_size=batch_size)
     elif not args.output:
         raise StageError("--output is required with --model (where to write the results JSON)")
     else:
+        from stages.evaluation_target import load_encoder
+
         output = Path(args.output)
         options = {"max_length": args.max_length} if args.max_length else {}
         encoder = load_encoder(

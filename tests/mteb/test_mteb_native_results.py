@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,4 +81,19 @@ def test_a_reused_evaluation_writes_its_mteb_results_again(
     capsys.readouterr()
     main(["--experiment", BASELINE])
     assert "the stored result of the same evaluation" in capsys.readouterr().out
+    assert files(native) == computed
+
+    # a new process (as an orchestrator starts one) answers from the store without loading
+    # torch, transformers or mteb: a reused evaluation costs well under a second
+    script = (
+        "import json, sys\n"
+        "from stages.evaluate_mteb import main\n"
+        f"main(['--experiment', {BASELINE!r}])\n"
+        "print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))\n"
+    ).replace("HEAVY", repr(("torch", "transformers", "mteb", "sentence_transformers")))
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert "the stored result of the same evaluation" in result.stdout
+    assert json.loads(result.stdout.splitlines()[-1]) == []
     assert files(native) == computed
