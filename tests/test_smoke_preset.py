@@ -21,10 +21,7 @@ pytestmark = pytest.mark.e2e  # orchestrator runs: pytest -m e2e
 def smoke_preset(size: str) -> dict[str, Any]:
     """presets/smoke.yaml as committed, or its runs cut to CI's size (`ci_sized`)."""
     params = yaml.safe_load(SMOKE.read_text())
-    if size == "ci":
-        params = ci_sized(params)
-        params["figures"]["batches"] = 50
-    return params
+    return ci_sized(params) if size == "ci" else params
 
 
 @pytest.mark.parametrize(
