@@ -3,11 +3,11 @@
 ``simace56`` is the 56-dataset English MTEB set of the SimACE paper (§4.5, App. G; transcribed in
 shared/papers/spec-simace-cooldown.md). The paper lists only 10 clustering datasets although its
 Table 12 counts 11; the eleventh, ArxivClusteringP2P, is the one missing from the list, and with it
-the set is exactly mteb's ``MTEB(eng, v1)`` benchmark (checked by the tests). Its tasks carry
-that benchmark's English-only filters (``stages.mteb_protocol.tasks``; AmazonCounterfactual
-``en``, STS17 ``en-en``, STS22 ``en``, the English subsets of MassiveIntent/Scenario, MTOP and
-AmazonReviews; the test split everywhere except MSMARCO's dev), as on the MTEB leaderboard. No
-name changed between MTEB 1.x (the paper's) and mteb 2.x: every name below is in mteb's registry.
+the set is exactly mteb's ``MTEB(eng, v1)`` benchmark (checked by the tests). Its tasks are taken
+from that benchmark, so they carry its English-only filters (AmazonCounterfactual ``en``, STS17
+``en-en``, STS22 ``en``, the English subsets of MassiveIntent/Scenario, MTOP and AmazonReviews;
+the test split everywhere except MSMARCO's dev), as on the MTEB leaderboard. No name changed
+between MTEB 1.x (the paper's) and mteb 2.x: every name below is in mteb's registry.
 
 ``sts`` is the STS column of the papers' STS tables in MTEB form: STS12-16, STSBenchmark, SICK-R.
 
