@@ -85,12 +85,13 @@ def test_a_reused_evaluation_writes_its_mteb_results_again(
 
     # a new process (as an orchestrator starts one) answers from the store without loading
     # torch, transformers or mteb: a reused evaluation costs well under a second
+    heavy = ("torch", "transformers", "mteb", "sentence_transformers")
     script = (
         "import json, sys\n"
         "from stages.evaluate_mteb import main\n"
         f"main(['--experiment', {BASELINE!r}])\n"
-        "print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))\n"
-    ).replace("HEAVY", repr(("torch", "transformers", "mteb", "sentence_transformers")))
+        f"print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))\n"
+    )
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True
     )

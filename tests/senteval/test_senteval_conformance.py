@@ -6,7 +6,7 @@ Every STS task and every fasttest transfer task, in three parts: STS12 and STS13
 (one nested k-fold task and the multi-class k-fold task; about 2 minutes on 2 cores, mostly
 encoding) are the subset a contributor runs first (`-k subset`); the other five STS tasks and MR,
 SUBJ, MPQA and MRPC (the pair task) follow, also in CI. SST2, the one task scored on its own
-train/dev/test split, is 70k sentences, 60% of the transfer tasks' encoding (about 6 minutes on
+train/dev/test split, is 70k sentences, 57% of the transfer tasks' encoding (about 5 minutes on
 one core): it runs in the release tier (`-m full`), and its split protocol is checked against
 SentEval's loop in CI by tests/senteval/test_senteval_validation.py.
 """
