@@ -7,22 +7,24 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stages.core.mteb_task_sets import SIMACE56_BENCHMARK, unknown_task_names
+from stages.core.mteb_task_sets import BENCHMARK_NARROWED, SIMACE56_BENCHMARK, unknown_task_names
 
 if TYPE_CHECKING:
     from mteb.abstasks.abstask import AbsTask
 
 
 def build_tasks(names: Sequence[str]) -> list[AbsTask]:
-    """Fresh task objects, in order. Tasks of the SimACE/MTEB(eng, v1) set come from that
-    benchmark, with its English-only subsets and splits; any other name is mteb's task as
-    registered."""
+    """Fresh task objects, in order. Tasks that the SimACE/MTEB(eng, v1) set narrows come from
+    that benchmark, with its English-only subsets and splits; any other name is mteb's task as
+    registered (for the rest of the set, the same as the benchmark's)."""
     import mteb
 
     unknown = unknown_task_names(names)
     if unknown:
         raise ValueError(f"unknown MTEB task(s): {', '.join(unknown)}")
-    benchmark = {t.metadata.name: t for t in mteb.get_benchmark(SIMACE56_BENCHMARK).tasks}
+    benchmark = {}
+    if BENCHMARK_NARROWED.intersection(names):
+        benchmark = {t.metadata.name: t for t in mteb.get_benchmark(SIMACE56_BENCHMARK).tasks}
     # the benchmark's task objects are shared module state in mteb: evaluate copies of them
     return [
         copy.deepcopy(benchmark[name]) if name in benchmark else mteb.get_task(name)

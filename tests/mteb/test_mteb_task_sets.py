@@ -10,6 +10,7 @@ import pytest
 
 from stages.core.evaluations import MtebParams
 from stages.core.mteb_task_sets import (
+    BENCHMARK_NARROWED,
     SIMACE56,
     SIMACE56_BENCHMARK,
     STS7,
@@ -65,6 +66,27 @@ def test_built_tasks_carry_the_benchmarks_english_filters_on_fresh_objects() -> 
     shared = {t.metadata.name: t for t in mteb.get_benchmark(SIMACE56_BENCHMARK).tasks}
     assert sts17 is not shared["STS17"]  # evaluating it never touches mteb's module state
     assert mteb.get_task("BIOSSES").metadata.name == build_tasks(["BIOSSES"])[0].metadata.name
+
+
+def test_only_the_narrowed_tasks_differ_from_mtebs_registry() -> None:
+    """Every other task of the set is built without the benchmark, so it must be the benchmark's
+    task as mteb registers it: same class, metadata, splits and subsets."""
+    built = {task.metadata.name: task for task in build_tasks(TASK_SETS["simace56"])}
+    narrowed = set()
+    for task in mteb.get_benchmark(SIMACE56_BENCHMARK).tasks:
+        name = task.metadata.name
+        registered = mteb.get_task(name)
+        assert type(built[name]) is type(task) and built[name].metadata == task.metadata, name
+        assert (list(built[name].eval_splits), built[name].hf_subsets) == (
+            list(task.eval_splits),
+            task.hf_subsets,
+        ), name
+        if (list(registered.eval_splits), registered.hf_subsets) != (
+            list(task.eval_splits),
+            task.hf_subsets,
+        ):
+            narrowed.add(name)
+    assert narrowed == BENCHMARK_NARROWED
 
 
 def test_params_accept_sets_and_registered_names_only() -> None:
