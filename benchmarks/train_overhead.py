@@ -6,8 +6,9 @@ sentence-transformers in the same precision, where a step's time goes, and host 
 The encoder is so small (randomly initialised BERT, 2 layers, width 128, 2 heads, FFN 512, the
 real all-MiniLM-L6-v2 tokenizer and vocabulary) that a step's time is mostly what is not the
 model's arithmetic: batching, Python, framework and optimizer bookkeeping, logging. Both
-trainers load the same saved weights. Batch 64, max length 32, lr 3e-5, 2 threads, the first
-lines of the wiki1m head sample.
+trainers load the same saved weights. Batch 64, max length 32, lr 3e-5, 2 threads; each round
+trains on its own lines of the wiki1m head sample (``train_cpu.round_corpus``), the same for
+both trainers.
 
 1. Throughput: peer fp32, ours fp32, peer ``bf16=True``, ours bf16, interleaved round by round
    (alternating order); ratios peer/ours seconds per step in each precision.
@@ -46,12 +47,12 @@ from benchmarks.train_cpu import (  # noqa: E402
     load_average,
     no_evaluation,
     ours,
+    round_corpus,
     sentence_transformers_recipe,
     steady_step_seconds,
 )
 from stages.core.params import BackboneParams, RandomInit  # noqa: E402
 from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
-from stages.training.data import read_corpus  # noqa: E402
 
 TINY = RandomInit(
     hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512
@@ -190,7 +191,6 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(2)
     corpus = args.data_dir / "corpus" / "wiki1m_head_11913.txt"
-    sentences = read_corpus(corpus)[: args.steps * BATCH]
     workdir = Path(tempfile.mkdtemp(prefix="bench-train-overhead-"))
     model = save_tiny_model(workdir / "tiny")
     result: dict[str, Any] = {
@@ -204,13 +204,14 @@ def main() -> None:
     recipes = ["peer_fp32", "ours_fp32", "peer_bf16", "ours_bf16"]
     for r in range(args.rounds):
         row: dict[str, Any] = {"load_average": load_average()}
+        round_file, sentences = round_corpus(corpus, r, args.steps * BATCH, workdir)
         for recipe in recipes if r % 2 == 0 else recipes[::-1]:
             precision = recipe.rsplit("_", 1)[1]
             if recipe.startswith("peer"):
                 ends = sentence_transformers_recipe(sentences, workdir, precision, str(model))
             else:
                 ends, _ = ours(
-                    corpus, args.steps, precision, workdir, no_evaluation, 10**9,
+                    round_file, args.steps, precision, workdir, no_evaluation, 10**9,
                     backbone=BackboneParams(model=str(model)),
                 )  # fmt: skip
             seconds = statistics.mean(steady_step_seconds(ends, args.warmup))

@@ -36,11 +36,13 @@ def make_batch(
     ids, mask = pad_rows(corpus.rows(plan.shard(step, rank)), pad_id)
     batch = Batch(runtime.to_device(ids), runtime.to_device(mask))
     if unpad:
-        batch.packing = Packing.from_mask(mask, runtime.to_device)
+        batch.packing = Packing.from_mask(mask, runtime.to_device, runtime.packed_rows_multiple)
     if pool is not None:
         anchor, short, long = pool.shard(step, rank)
         t_ids, t_mask = pad_rows(anchor + short + long, pad_id)
         batch.triplet_ids, batch.triplet_mask = runtime.to_device(t_ids), runtime.to_device(t_mask)
         if unpad:
-            batch.triplet_packing = Packing.from_mask(t_mask, runtime.to_device)
+            batch.triplet_packing = Packing.from_mask(
+                t_mask, runtime.to_device, runtime.packed_rows_multiple
+            )
     return batch

@@ -34,6 +34,12 @@ class Runtime:
     def precision(self) -> str:
         return "fp32" if self.autocast_dtype is None else "bf16"
 
+    @property
+    def packed_rows_multiple(self) -> int:
+        """Filler rows round an unpadded batch up to this many rows (``unpadded.Packing``): 64 in
+        bf16 on the CPU, where every new matrix shape costs oneDNN a kernel build; else 1."""
+        return 64 if self.device.type == "cpu" and self.autocast_dtype is not None else 1
+
     def autocast(self) -> AbstractContextManager[None]:
         return torch.autocast(
             self.device.type,

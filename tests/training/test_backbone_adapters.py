@@ -27,7 +27,12 @@ from stages.modeling.dropout import use_fast_dropout
 from stages.modeling.encoder import SentenceEncoder, embed
 from stages.modeling.pooler_head import PoolerHead
 from stages.modeling.pooling import pool
-from stages.modeling.unpadded import PACKED_LAYOUTS, attention_bias, unpadding_unsupported
+from stages.modeling.unpadded import (
+    PACKED_LAYOUTS,
+    Packing,
+    attention_bias,
+    unpadding_unsupported,
+)
 from stages.training.loop import train
 from stages.training.model import ContrastiveModel, dropout_disabled, reset_mlp_head
 
@@ -244,10 +249,19 @@ def test_modernbert_needs_the_2d_mask_for_its_sliding_window(backbones, tokenize
     assert not torch.allclose(two_d[mask], four_d[mask], atol=1e-4)
 
 
+def packing_of(mask: torch.Tensor, rows_multiple: int) -> Packing:
+    """The batch's packing, with filler rows when ``rows_multiple`` asks for them (as the
+    trainer's in bf16 on the CPU)."""
+    packing = Packing.from_mask(mask.numpy(), rows_multiple=rows_multiple)
+    assert (packing.targets is not None) == (rows_multiple > 1)
+    return packing
+
+
+@pytest.mark.parametrize("rows_multiple", [1, 8], ids=["real-tokens", "with-fillers"])
 @pytest.mark.parametrize("pooler", POOLERS)
 @pytest.mark.parametrize(("model_type", "implementation"), PACKED_CASES)
 def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
-    model_type: str, implementation: str, pooler: str, backbones, tokenizer
+    model_type: str, implementation: str, pooler: str, rows_multiple: int, backbones, tokenizer
 ) -> None:
     encoder = load_backbone(backbones[model_type], dropout=0.0, attn_implementation=implementation)
     if pooler == "cls":
@@ -255,8 +269,9 @@ def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
     ids, mask = padded_batch(tokenizer)
     model = ContrastiveModel(encoder, pooler)
     assert model.unpadded
+    packing = packing_of(mask, rows_multiple)
     padded = output_and_grads(encoder, lambda: reference(encoder, ids, mask, pooler))
-    unpadded = output_and_grads(encoder, lambda: model.embed(ids, mask))
+    unpadded = output_and_grads(encoder, lambda: model.embed(ids, mask, packing))
     assert_same(unpadded, padded)
     encoder.eval()
     sentences = SENTENCES * 2 + ["another sentence of medium length here"]
@@ -267,15 +282,23 @@ def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("rows_multiple", [1, 8], ids=["real-tokens", "with-fillers"])
 @pytest.mark.parametrize("fast_dropout", [False, True], ids=["nn.Dropout", "FastDropout"])
 @pytest.mark.parametrize("pooler", POOLERS)
 @pytest.mark.parametrize(("model_type", "implementation"), PACKED_CASES)
 def test_with_dropout_on_and_one_seed_unpadded_training_equals_padded(
-    model_type: str, implementation: str, pooler: str, fast_dropout: bool, backbones, tokenizer
+    model_type: str,
+    implementation: str,
+    pooler: str,
+    fast_dropout: bool,
+    rows_multiple: int,
+    backbones,
+    tokenizer,
 ) -> None:
     """The packed forward draws each dropout mask over the padded layout, as the padded forward
     does: from the same seed, a training forward and its gradients agree to float rounding,
-    with the backbone's own dropout modules and with the trainer's ``FastDropout``."""
+    with the backbone's own dropout modules and with the trainer's ``FastDropout``, and with
+    filler rows, whose results are dropped."""
     encoder = load_backbone(backbones[model_type], dropout=0.1, attn_implementation=implementation)
     if fast_dropout:
         assert use_fast_dropout(encoder) > 0
@@ -285,8 +308,12 @@ def test_with_dropout_on_and_one_seed_unpadded_training_equals_padded(
     ids, mask = padded_batch(tokenizer)
     model = ContrastiveModel(encoder, pooler)
     assert model.unpadded
+    packing = packing_of(mask, rows_multiple)
     runs = []
-    for run in (lambda: reference(encoder, ids, mask, pooler), lambda: model.embed(ids, mask)):
+    for run in (
+        lambda: reference(encoder, ids, mask, pooler),
+        lambda: model.embed(ids, mask, packing),
+    ):
         torch.manual_seed(7)
         runs.append(output_and_grads(encoder, run))
     assert_same(runs[1], runs[0])

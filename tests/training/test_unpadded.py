@@ -21,7 +21,10 @@ from stages.modeling.unpadded import (
     attention_bias,
     unpadding_unsupported,
 )
+from stages.training.batch import make_batch
+from stages.training.data import BatchPlan, TokenRows
 from stages.training.model import ContrastiveModel
+from stages.training.runtime import resolve_runtime
 
 
 def encoder(family: str, tokenizer, implementation: str = "sdpa", dropout: float = 0.0):
@@ -146,15 +149,20 @@ def test_dropout_statistics_of_the_unpadded_forward_match_the_padded_one(tokeniz
     assert abs(spreads[1] / spreads[0] - 1) < 0.1
 
 
-def test_the_two_views_and_the_triplet_branch_match_the_padded_model(tokenizer) -> None:
+@pytest.mark.parametrize("rows_multiple", [1, 8], ids=["real-tokens", "with-fillers"])
+def test_the_two_views_and_the_triplet_branch_match_the_padded_model(
+    rows_multiple: int, tokenizer
+) -> None:
     model = encoder("bert", tokenizer, dropout=0.1)
     ids, mask = padded_batch(tokenizer)
     t_ids, t_mask = padded_batch(tokenizer, SENTENCES[:3] * 3)
     results = []
     for unpad in (False, True):
         contrastive = ContrastiveModel(model, "cls", unpad=unpad).eval()  # dropout off
-        packing = Packing.from_mask(mask.numpy()) if unpad else None
-        t_packing = Packing.from_mask(t_mask.numpy()) if unpad else None
+        packing = Packing.from_mask(mask.numpy(), rows_multiple=rows_multiple) if unpad else None
+        t_packing = (
+            Packing.from_mask(t_mask.numpy(), rows_multiple=rows_multiple) if unpad else None
+        )
 
         def run(contrastive=contrastive, packing=packing, t_packing=t_packing):
             z, z_pos, triplets = contrastive(ids, mask, t_ids, t_mask, packing, t_packing)
@@ -200,6 +208,39 @@ def test_packing_of_a_right_padded_mask() -> None:
     torch.testing.assert_close(packing.pack(packing.unpack(states)), states)
     with pytest.raises(ValueError, match="right padding"):
         Packing.from_mask(np.array([[0, 1], [1, 1]], dtype=bool))
+
+
+def test_filler_rows_round_the_packing_up_and_are_dropped_when_unpacked() -> None:
+    mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=bool)  # 6 real tokens of 9
+    packing = Packing.from_mask(mask, rows_multiple=4)
+    assert packing.tokens == 8 and not packing.dense
+    assert packing.indices.tolist() == [0, 1, 2, 3, 6, 7, 7, 7]  # fillers: the last real token
+    assert packing.targets.tolist() == [0, 1, 2, 3, 6, 7, 9, 9]  # 9: the spare row, cut off
+    assert packing.first.tolist() == [0, 3, 4] and packing.lengths.tolist() == [3, 1, 2]
+    states = torch.arange(8.0, requires_grad=True)
+    padded = packing.unpack(states[:, None])
+    assert padded[:, :, 0].tolist() == [[0, 1, 2], [3, 0, 0], [4, 5, 0]]
+    padded.sum().backward()
+    assert states.grad.tolist() == [1, 1, 1, 1, 1, 1, 0, 0]  # nothing flows into the fillers
+    doubled = packing.repeated(2)
+    assert doubled.indices.tolist() == [0, 1, 2, 3, 6, 7, 7, 7, 9, 10, 11, 12, 15, 16, 16, 16]
+    assert doubled.targets.tolist() == [0, 1, 2, 3, 6, 7, 18, 18, 9, 10, 11, 12, 15, 16, 18, 18]
+    assert doubled.first.tolist() == [0, 3, 4, 8, 11, 12]
+    assert doubled.unpack(torch.arange(16.0)[:, None])[:, :, 0].tolist() == [
+        [0, 1, 2], [3, 0, 0], [4, 5, 0], [8, 9, 10], [11, 0, 0], [12, 13, 0]
+    ]  # fmt: skip
+    assert Packing.from_mask(mask, rows_multiple=64).tokens == 9  # never beyond the layout
+    assert Packing.from_mask(np.ones((2, 3), dtype=bool), rows_multiple=4).dense
+
+
+def test_the_trainer_rounds_packings_in_bf16_on_the_cpu_only() -> None:
+    rows = TokenRows.from_lists([[101, *range(2000, 2000 + n), 102] for n in range(1, 9)])
+    plan = BatchPlan(len(rows), batch_size=8, world_size=1, seed=0)
+    for precision, multiple, packed_rows in (("fp32", 1, 52), ("bf16", 64, 64)):
+        runtime = resolve_runtime("cpu", precision)  # 52 real tokens of 8 x 10
+        assert runtime.packed_rows_multiple == multiple
+        batch = make_batch(rows, plan, None, 0, 0, 0, runtime, unpad=True)
+        assert batch.packing.tokens == packed_rows
 
 
 def test_a_batch_without_padding_packs_by_reshaping() -> None:
