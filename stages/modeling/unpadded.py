@@ -124,7 +124,7 @@ class Packing:
     Filler rows (``from_mask(..., rows_multiple=k)``) round the packed row count up to a
     multiple of k with copies of the last real token, computed and then dropped. On a CPU in
     bf16, oneDNN builds (JIT-compiles) a kernel for every new matrix shape, and the number of
-    real tokens changes from batch to batch: a training step on fresh batches took 20-30% longer
+    real tokens changes from batch to batch: a training step on fresh batches took 17-27% longer
     than on batches whose shapes it had seen (all-MiniLM-L6-v2 and a 2 × 128 encoder,
     AVX512-BF16), and a run meets new shapes for as long as it lasts. Rounding keeps the shapes to
     a few dozen for a few percent more rows. fp32 on the CPU (MKL) and CUDA need no rounding.
