@@ -22,11 +22,14 @@ def build_tasks(names: Sequence[str]) -> list[AbsTask]:
     unknown = unknown_task_names(names)
     if unknown:
         raise ValueError(f"unknown MTEB task(s): {', '.join(unknown)}")
-    benchmark = {}
+    narrowed = {}
     if BENCHMARK_NARROWED.intersection(names):
-        benchmark = {t.metadata.name: t for t in mteb.get_benchmark(SIMACE56_BENCHMARK).tasks}
+        narrowed = {
+            t.metadata.name: t
+            for t in mteb.get_benchmark(SIMACE56_BENCHMARK).tasks
+            if t.metadata.name in BENCHMARK_NARROWED
+        }
     # the benchmark's task objects are shared module state in mteb: evaluate copies of them
     return [
-        copy.deepcopy(benchmark[name]) if name in benchmark else mteb.get_task(name)
-        for name in names
+        copy.deepcopy(narrowed[name]) if name in narrowed else mteb.get_task(name) for name in names
     ]
