@@ -14,6 +14,17 @@ it is ``F.dropout`` (CUDA's fused kernel).
 The trainer puts it in place of every ``nn.Dropout`` of the backbone (``use_fast_dropout``); the
 unpadded forward draws its padded-layout masks through ``dropout_mask``, the same draws in the
 same order as the padded forward, so the two agree with one seed as before.
+
+The attention probabilities' dropout happens inside transformers' attention function, not in a
+module. Under SDPA, ``use_fast_dropout`` switches the backbone to ``FAST_DROPOUT_SDPA``, an
+attention function registered with transformers (``fast_dropout_attention``): in training on the
+CPU it computes softmax(q kᵀ · scaling + mask) · keep-mask · v with ``cpu_keep_mask``'s mask, and
+everywhere else it is transformers' SDPA function. torch's SDPA with dropout on the CPU takes its
+unfused math path and draws the mask with ``bernoulli_``: measured on the 2-core AMD machine
+(forward and backward of one layer's attention, batch 128 of 32 positions), 7.6 against 4.1 ms
+for a 2-head, width-128 encoder in bf16, 28.4 against 13.3 ms for all-MiniLM-L6-v2's 12 heads of
+32 (8.7 against 7.2 and 36.1 against 26.5 ms in fp32). The padded and the unpadded forward both
+call it, with the same shapes, so they still draw the same masks.
 """
 
 from __future__ import annotations
@@ -23,8 +34,13 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 _LOW_31_BITS = 0x7FFFFFFF
+# The attention implementation ``use_fast_dropout`` gives an SDPA backbone; SDPA's mask form.
+FAST_DROPOUT_SDPA = "sdpa_fast_dropout"
 
 
 def cpu_keep_mask(shape: tuple[int, ...], p: float, dtype: torch.dtype) -> torch.Tensor:
@@ -57,9 +73,72 @@ class FastDropout(nn.Dropout):
         return x * cpu_keep_mask(tuple(x.shape), self.p, x.dtype)
 
 
+def fast_dropout_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function contract ((batch, heads, length, head_size) q, k, v; a
+    boolean mask (True: attend), an additive one, or None; returns (batch, length, heads,
+    head_size)). With dropout on CPU tensors, the probabilities are dropped with
+    ``cpu_keep_mask``; otherwise, and for what SDPA's function handles beyond an encoder's plain
+    attention (causal masks, position biases, grouped heads, soft-capping, sinks), it is
+    ``sdpa_attention_forward``."""
+    batch, heads, length, size = query.shape
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    plain = (
+        not (causal and attention_mask is None and length > 1)
+        and kwargs.get("position_bias") is None
+        and kwargs.get("softcap") is None
+        and kwargs.get("s_aux") is None
+        and key.shape[1] == heads
+    )
+    if dropout == 0 or query.device.type != "cpu" or not plain:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask,
+            dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs,
+        )  # fmt: skip
+    keys = key.shape[2]
+    scale = size**-0.5 if scaling is None else scaling
+    transposed_keys = key.reshape(batch * heads, keys, size).transpose(1, 2)
+    rows = query.reshape(batch * heads, length, size)
+    if attention_mask is None:
+        scores = torch.bmm(rows, transposed_keys).mul_(scale)
+    else:
+        bias = attention_mask
+        if bias.dtype == torch.bool:
+            minimum = torch.finfo(query.dtype).min  # finite: a fully masked row cannot give NaN
+            bias = torch.zeros(bias.shape, dtype=query.dtype, device=bias.device).masked_fill_(
+                ~bias, minimum
+            )
+        queries = bias.shape[2]
+        bias = bias.expand(batch, heads, queries, keys).reshape(batch * heads, queries, keys)
+        scores = torch.baddbmm(bias, rows, transposed_keys, alpha=scale)
+    probs = scores.softmax(dim=-1)
+    probs = probs * cpu_keep_mask(tuple(probs.shape), dropout, probs.dtype)
+    context = torch.bmm(probs, value.reshape(batch * heads, keys, size))
+    return context.view(batch, heads, length, size).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(FAST_DROPOUT_SDPA, fast_dropout_attention)
+# transformers builds (or passes through) SDPA's boolean masks for it
+AttentionMaskInterface.register(FAST_DROPOUT_SDPA, sdpa_mask)
+
+
 def use_fast_dropout(model: nn.Module) -> int:
     """Replace every ``nn.Dropout`` of ``model`` by a ``FastDropout`` of the same rate (dropout
-    holds no state, so weights and checkpoints are unchanged); returns how many."""
+    holds no state, so weights and checkpoints are unchanged), and an SDPA backbone's attention
+    implementation by ``FAST_DROPOUT_SDPA`` (not saved: transformers leaves the implementation
+    out of a saved config); returns how many modules were replaced."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) == "sdpa":
+        config._attn_implementation = FAST_DROPOUT_SDPA
     replaced = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

@@ -58,10 +58,12 @@ from transformers import PreTrainedModel
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from stages.modeling.backbone_adapters import ADAPTERS, find_adapter
-from stages.modeling.dropout import dropout_mask
+from stages.modeling.dropout import FAST_DROPOUT_SDPA, dropout_mask
 
-# Attention implementations that take a (batch, 1, 1, keys) mask ready made, and its form.
-MASKED_ATTENTION = frozenset({"sdpa", "eager"})
+# Attention implementations that take a (batch, 1, 1, keys) mask ready made: boolean (True:
+# attend) or additive.
+BOOLEAN_MASKED_ATTENTION = frozenset({"sdpa", FAST_DROPOUT_SDPA})
+MASKED_ATTENTION = BOOLEAN_MASKED_ATTENTION | {"eager"}
 
 
 def attention_bias(
@@ -69,13 +71,14 @@ def attention_bias(
 ) -> torch.Tensor:
     """The (batch, 1, 1, keys) attention mask as transformers' ``implementation`` expects it.
 
-    SDPA takes a boolean mask (True: attend); eager attention adds the mask to the scores, so it
-    needs an additive float mask (0 to attend, the dtype's minimum for padding). Handing
+    SDPA (and ``FAST_DROPOUT_SDPA``) takes a boolean mask (True: attend); eager attention adds the
+    mask to the scores, so it needs an additive float mask (0 to attend, the dtype's minimum for
+    padding). Handing
     transformers a ready 4-D mask skips its own mask preparation, which inspects the mask's
     values (``mask.all()``) and so would wait for the GPU at every forward. Other
     implementations (flash attention, flex attention) take other mask forms and are refused.
     """
-    if implementation == "sdpa":
+    if implementation in BOOLEAN_MASKED_ATTENTION:
         return mask[:, None, None, :].bool()
     if implementation == "eager":
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)

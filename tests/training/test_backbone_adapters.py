@@ -23,7 +23,7 @@ from transformers import AutoConfig
 from stages.core.params import POOLERS, BackboneParams, RandomInit
 from stages.modeling.backbone import load_backbone
 from stages.modeling.backbone_adapters import ADAPTERS, adapter_for
-from stages.modeling.dropout import use_fast_dropout
+from stages.modeling.dropout import FAST_DROPOUT_SDPA, use_fast_dropout
 from stages.modeling.encoder import SentenceEncoder, embed
 from stages.modeling.pooler_head import PoolerHead
 from stages.modeling.pooling import pool
@@ -302,6 +302,8 @@ def test_with_dropout_on_and_one_seed_unpadded_training_equals_padded(
     encoder = load_backbone(backbones[model_type], dropout=0.1, attn_implementation=implementation)
     if fast_dropout:
         assert use_fast_dropout(encoder) > 0
+        if implementation == "sdpa":  # the attention probabilities' mask too
+            assert encoder.config._attn_implementation == FAST_DROPOUT_SDPA
     if pooler == "cls":
         reset_mlp_head(encoder, seed=1)
     encoder.train()

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from train_helpers import make_job
+from train_helpers import TINY, make_job
+from transformers import AutoModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from stages.modeling.dropout import FastDropout, cpu_keep_mask, dropout_mask, use_fast_dropout
+from stages.modeling.backbone import load_backbone
+from stages.modeling.dropout import (
+    FAST_DROPOUT_SDPA,
+    FastDropout,
+    cpu_keep_mask,
+    dropout_mask,
+    fast_dropout_attention,
+    use_fast_dropout,
+)
 from stages.training.parts import load_encoder
 from stages.training.runtime import resolve_runtime
 
@@ -107,3 +119,99 @@ def test_the_trainer_encodes_with_fast_dropout_only(tmp_path) -> None:
     encoder = load_encoder(job, resolve_runtime("cpu", "fp32"))
     dropouts = [m for m in encoder.modules() if isinstance(m, nn.Dropout)]
     assert dropouts and all(type(m) is FastDropout and m.p == 0.1 for m in dropouts)
+    assert encoder.config._attn_implementation == FAST_DROPOUT_SDPA
+
+
+class Attention(nn.Module):
+    """What transformers' attention functions read from the calling module."""
+
+    is_causal = False
+
+
+def attention_inputs(mask_form: str, seed: int = 0):
+    """(batch 3, heads 2, length 5, head size 4) q, k, v (requiring gradients) and a padding mask
+    in ``mask_form``: rows of 5, 3 and 1 real tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(3, 2, 5, 4, generator=generator, requires_grad=True) for _ in range(3))
+    keys = torch.arange(5)[None, :] < torch.tensor([5, 3, 1])[:, None]  # (batch, keys)
+    masks = {
+        "none": None,
+        "keys": keys[:, None, None, :],
+        "pairs": (keys[:, None, :, None] & keys[:, None, None, :]) | torch.eye(5, dtype=torch.bool),
+        "additive": torch.zeros(3, 1, 1, 5).masked_fill(~keys[:, None, None, :], -1e9),
+    }
+    return q, k, v, masks[mask_form]
+
+
+def output_and_input_grads(function, q, k, v, mask, **kwargs):
+    for t in (q, k, v):
+        t.grad = None
+    out, weights = function(Attention().train(), q, k, v, mask, **kwargs)
+    assert weights is None
+    assert out.shape == (3, 5, 2, 4) and out.is_contiguous()
+    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(9)))
+    return out.detach(), [t.grad.clone() for t in (q, k, v)]
+
+
+@pytest.mark.parametrize("mask_form", ["none", "keys", "pairs", "additive"])
+def test_fast_dropout_attention_keeping_everything_is_sdpa(mask_form: str) -> None:
+    """With a rate so small that nothing is dropped (and the scale rounds to 1), the attention
+    and its gradients equal transformers' SDPA function without dropout, for every mask form."""
+    q, k, v, mask = attention_inputs(mask_form)
+    ours = output_and_input_grads(fast_dropout_attention, q, k, v, mask, dropout=1e-12)
+    sdpa = output_and_input_grads(sdpa_attention_forward, q, k, v, mask, dropout=0.0)
+    torch.testing.assert_close(ours, sdpa, rtol=1e-5, atol=1e-6)
+    scaled = output_and_input_grads(
+        fast_dropout_attention, q, k, v, mask, dropout=1e-12, scaling=0.3
+    )
+    assert not torch.allclose(scaled[0], ours[0])
+    reference = output_and_input_grads(sdpa_attention_forward, q, k, v, mask, scaling=0.3)
+    torch.testing.assert_close(scaled, reference, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mask_form", ["none", "keys"])
+def test_fast_dropout_attention_drops_probabilities_with_cpu_keep_mask(mask_form: str) -> None:
+    """The probabilities (batch · heads, queries, keys) are multiplied by ``cpu_keep_mask``'s
+    mask, drawn from torch's generator as the function's only draw."""
+    q, k, v, mask = attention_inputs(mask_form)
+    torch.manual_seed(4)
+    out, _ = fast_dropout_attention(Attention().train(), q, k, v, mask, dropout=0.3)
+    torch.manual_seed(4)
+    keep = cpu_keep_mask((6, 5, 5), 0.3, torch.float32).view(3, 2, 5, 5)
+    scores = q @ k.transpose(-1, -2) / 2
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    expected = ((scores.softmax(-1) * keep) @ v).transpose(1, 2)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    assert (keep == 0).any()
+
+
+def test_fast_dropout_attention_is_sdpa_off_the_cpu_path() -> None:
+    """Without dropout, and for a causal mask (what SDPA's function handles beyond an encoder's
+    attention), it is transformers' SDPA function, torch's dropout draws included."""
+    q, k, v, mask = attention_inputs("keys")
+    for kwargs in ({"dropout": 0.0}, {"dropout": 0.2, "is_causal": True}):
+        runs = []
+        for function in (fast_dropout_attention, sdpa_attention_forward):
+            torch.manual_seed(1)
+            runs.append(output_and_input_grads(function, q, k, v, None, **kwargs))
+        torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+    torch.manual_seed(1)
+    dropped = output_and_input_grads(fast_dropout_attention, q, k, v, mask, dropout=0.2)
+    torch.manual_seed(1)
+    torchs = output_and_input_grads(sdpa_attention_forward, q, k, v, mask, dropout=0.2)
+    assert not torch.allclose(dropped[0], torchs[0])  # ours draws its own mask
+
+
+def test_use_fast_dropout_moves_an_sdpa_backbone_to_the_attention_function(tmp_path) -> None:
+    encoder = load_backbone(TINY, dropout=0.1)
+    assert encoder.config._attn_implementation == "sdpa"
+    use_fast_dropout(encoder)
+    assert encoder.config._attn_implementation == FAST_DROPOUT_SDPA
+    eager = load_backbone(TINY, dropout=0.1, attn_implementation="eager")
+    use_fast_dropout(eager)
+    assert eager.config._attn_implementation == "eager"
+    # a saved checkpoint does not name it: it loads with the default implementation
+    encoder.save_pretrained(tmp_path)
+    assert FAST_DROPOUT_SDPA not in json.dumps(json.loads((tmp_path / "config.json").read_text()))
+    assert AutoModel.from_pretrained(tmp_path).config._attn_implementation == "sdpa"
