@@ -11,7 +11,8 @@ trains on its own lines of the wiki1m head sample (``train_cpu.round_corpus``), 
 both trainers.
 
 1. Throughput: peer fp32, ours fp32, peer ``bf16=True``, ours bf16, interleaved round by round
-   (alternating order); ratios peer/ours seconds per step in each precision.
+   (alternating order), the peer under SDPA and under eager attention (``PEER_ATTENTION``; the
+   faster is its time in the round); ratios peer/ours seconds per step in each precision.
 2. Profile: ``--profile-steps`` steps of ours (each precision) under torch.profiler, split into
    the loop's named phases (``step.*``: data, forward, loss, diagnostics, backward, clip,
    optimizer, scheduler, record, logging) and, within each, the time inside aten operators vs
@@ -43,10 +44,12 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.train_cpu import (  # noqa: E402
     BATCH,
+    best_peer,
     default_data_dir,
     load_average,
     no_evaluation,
     ours,
+    peer_recipes,
     round_corpus,
     sentence_transformers_recipe,
     steady_step_seconds,
@@ -201,14 +204,17 @@ def main() -> None:
         "load_average_start": load_average(),
         "rounds": [],
     }  # fmt: skip
-    recipes = ["peer_fp32", "ours_fp32", "peer_bf16", "ours_bf16"]
+    recipes = [*peer_recipes("fp32"), "ours_fp32", *peer_recipes("bf16"), "ours_bf16"]
     for r in range(args.rounds):
         row: dict[str, Any] = {"load_average": load_average()}
         round_file, sentences = round_corpus(corpus, r, args.steps * BATCH, workdir)
         for recipe in recipes if r % 2 == 0 else recipes[::-1]:
-            precision = recipe.rsplit("_", 1)[1]
+            precision = "bf16" if "bf16" in recipe else "fp32"
             if recipe.startswith("peer"):
-                ends = sentence_transformers_recipe(sentences, workdir, precision, str(model))
+                attention = recipe.rsplit("_", 1)[1]
+                ends = sentence_transformers_recipe(
+                    sentences, workdir, precision, str(model), attention
+                )
             else:
                 ends, _ = ours(
                     round_file, args.steps, precision, workdir, no_evaluation, 10**9,
@@ -217,15 +223,20 @@ def main() -> None:
             seconds = statistics.mean(steady_step_seconds(ends, args.warmup))
             row[f"{recipe}_steps_per_s"] = 1 / seconds
         for precision in ("fp32", "bf16"):
+            best_peer(row, precision, "steps_per_s", faster=max)
             row[f"ratio_{precision}"] = (
                 row[f"ours_{precision}_steps_per_s"] / row[f"peer_{precision}_steps_per_s"]
             )
         row["load_average_end"] = load_average()
         result["rounds"].append(row)
-        shown = {k: round(v, 2) for k, v in row.items() if not k.startswith("load")}
+        shown = {
+            k: round(v, 2) if isinstance(v, float) else v
+            for k, v in row.items()
+            if not k.startswith("load")
+        }
         print(f"round {r + 1} (load {row['load_average']}): {json.dumps(shown)}", flush=True)
     summary: dict[str, Any] = {}
-    for key in recipes:
+    for key in [*recipes, "peer_fp32", "peer_bf16"]:
         summary[f"{key}_steps_per_s"] = statistics.median(
             r[f"{key}_steps_per_s"] for r in result["rounds"]
         )
