@@ -111,12 +111,10 @@ def fast_dropout_attention(
     if attention_mask is None:
         scores = torch.bmm(rows, transposed_keys).mul_(scale)
     else:
-        bias = attention_mask
-        if bias.dtype == torch.bool:
+        bias = attention_mask.to(query.dtype)
+        if attention_mask.dtype == torch.bool:
             minimum = torch.finfo(query.dtype).min  # finite: a fully masked row cannot give NaN
-            bias = torch.zeros(bias.shape, dtype=query.dtype, device=bias.device).masked_fill_(
-                ~bias, minimum
-            )
+            bias = torch.zeros_like(bias).masked_fill_(~attention_mask, minimum)
         queries = bias.shape[2]
         bias = bias.expand(batch, heads, queries, keys).reshape(batch * heads, queries, keys)
         scores = torch.baddbmm(bias, rows, transposed_keys, alpha=scale)

@@ -73,10 +73,9 @@ def attention_bias(
 
     SDPA (and ``FAST_DROPOUT_SDPA``) takes a boolean mask (True: attend); eager attention adds the
     mask to the scores, so it needs an additive float mask (0 to attend, the dtype's minimum for
-    padding). Handing
-    transformers a ready 4-D mask skips its own mask preparation, which inspects the mask's
-    values (``mask.all()``) and so would wait for the GPU at every forward. Other
-    implementations (flash attention, flex attention) take other mask forms and are refused.
+    padding). Handing transformers a ready 4-D mask skips its own mask preparation, which
+    inspects the mask's values (``mask.all()``) and so would wait for the GPU at every forward.
+    Other implementations (flash attention, flex attention) take other mask forms and are refused.
     """
     if implementation in BOOLEAN_MASKED_ATTENTION:
         return mask[:, None, None, :].bool()

@@ -215,3 +215,16 @@ def test_use_fast_dropout_moves_an_sdpa_backbone_to_the_attention_function(tmp_p
     encoder.save_pretrained(tmp_path)
     assert FAST_DROPOUT_SDPA not in json.dumps(json.loads((tmp_path / "config.json").read_text()))
     assert AutoModel.from_pretrained(tmp_path).config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("mask_form", ["keys", "additive"])
+def test_fast_dropout_attention_in_bf16_takes_an_fp32_mask(mask_form: str) -> None:
+    """bf16 q, k, v (the trainer's autocast) with a boolean or an fp32 additive mask."""
+    q, k, v, mask = attention_inputs(mask_form)
+    q, k, v = (t.detach().bfloat16() for t in (q, k, v))
+    ours, _ = fast_dropout_attention(Attention().train(), q, k, v, mask, dropout=1e-12)
+    sdpa, _ = sdpa_attention_forward(
+        Attention(), q, k, v, mask.bfloat16() if mask.is_floating_point() else mask
+    )
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, sdpa, rtol=2e-2, atol=2e-2)
