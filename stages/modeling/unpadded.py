@@ -28,10 +28,11 @@ One ``PackedLayout`` per layer structure, named by the family's adapter
 - ``mpnet``: MPNet, eager attention with its relative position bias (one (heads, length,
   length) table per forward, added to the padding mask);
 - ``deberta``: DeBERTa-v2 and -v3, whose disentangled attention (content-to-position and
-  position-to-content scores from the relative position embeddings) is the model's own module
-  run over the padded layout, Q/K/V projections included; its output projection and
-  feed-forward run packed (three quarters of a layer's dense work). A DeBERTa with the
-  convolution after its first layer (``conv_kernel_size``, DeBERTa-v2 xlarge) is not covered;
+  position-to-content scores from the relative position embeddings) is computed as its module
+  computes it, from its weights and methods: Q, K and V projected on the packed tokens, the
+  scores over the padded layout; its output projection and feed-forward run packed. A DeBERTa
+  with the convolution after its first layer (``conv_kernel_size``, DeBERTa-v2 xlarge) is not
+  covered;
 - ``modernbert``: ModernBERT, pre-LayerNorm layers with a gated feed-forward, rotary positions
   applied to the scattered Q and K (the model's own rotary tables per layer type), the global
   layers' padding mask and the local layers' sliding-window one built once per forward, and
@@ -438,16 +439,29 @@ def _deberta_context(
 def _deberta_layer(
     layer: nn.Module, states: torch.Tensor, context: DebertaContext, packing: Packing
 ) -> torch.Tensor:
-    """DeBERTa's attention module over the padded layout (its relative attention needs the
-    positions), then the output projection and feed-forward on the packed tokens."""
+    """DeBERTa's disentangled attention as its module computes it, with Q, K and V projected on
+    the packed tokens and the scores over the padded layout (its relative attention needs the
+    positions); then the output projection and feed-forward on the packed tokens."""
     attention = layer.attention
-    attended, _ = attention.self(
-        packing.unpack(states),
-        context.mask,
-        relative_pos=context.relative_pos,
-        rel_embeddings=context.rel_embeddings,
-    )
-    attended = _dense_dropout_norm(attention.output, packing.pack(attended), states, packing)
+    module = attention.self
+    heads, length = module.num_attention_heads, packing.length
+    qkv = _qkv((module.query_proj, module.key_proj, module.value_proj), states)
+    q, k, v = (module.transpose_for_scores(t, heads) for t in packing.unpack(qkv).chunk(3, -1))
+    scale_factor = 1 + sum(kind in module.pos_att_type for kind in ("c2p", "p2c"))
+    scale = inspect.getmodule(type(module)).scaled_size_sqrt(q, scale_factor)
+    scores = torch.bmm(q, k.transpose(-1, -2) / scale.to(dtype=q.dtype))
+    if module.relative_attention:
+        rel_embeddings = module.pos_dropout(context.rel_embeddings)
+        scores = scores + module.disentangled_attention_bias(
+            q, k, context.relative_pos, rel_embeddings, scale_factor
+        )
+    scores = scores.view(-1, heads, length, length)
+    scores = scores.masked_fill(~context.mask.bool(), torch.finfo(q.dtype).min)
+    probs = module.dropout(F.softmax(scores, dim=-1))
+    attended = torch.bmm(probs.view(-1, length, length), v)
+    attended = attended.view(packing.batch, heads, length, -1).permute(0, 2, 1, 3)
+    attended = packing.pack(attended.reshape(packing.batch, length, -1))
+    attended = _dense_dropout_norm(attention.output, attended, states, packing)
     return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, packing)
 
 
