@@ -1,11 +1,11 @@
 """Attention without dropout on the CPU: SDPA's kernel against two batched matrix products.
 
 Why ``stages.modeling.unpadded`` evaluates batches of at most ``SHORT_CPU_LENGTH`` positions
-with ``_short_cpu_attention``: for each length, q, k and v in all-MiniLM-L6-v2's head layout
+with ``batched_attention``: for each length, q, k and v in all-MiniLM-L6-v2's head layout
 (12 heads of 32) for about 2048 positions per batch, as views of one (batch, length, 3, heads,
 head size) tensor like those the packed forward passes, a quarter of the rows padded at their last
 quarter, under ``torch.inference_mode``; timed: ``F.scaled_dot_product_attention`` with the
-boolean mask (what transformers' SDPA attention calls) and ``_short_cpu_attention`` with the
+boolean mask (what transformers' SDPA attention calls) and ``batched_attention`` with the
 same mask, in interleaved rounds; a round's time is the median of its blocks, the reported time
 the best round. Prints a markdown table and writes JSON with the load averages.
 
@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch.utils import benchmark
 
 from stages.core.atomic import write_json
-from stages.modeling.unpadded import SHORT_CPU_LENGTH, _short_cpu_attention
+from stages.modeling.batched_attention import batched_attention
+from stages.modeling.unpadded import SHORT_CPU_LENGTH
 
 HEADS, HEAD_SIZE, POSITIONS = 12, 32, 2048
 LENGTHS = (8, 16, 24, 32, 48, 64, 128, 256)
@@ -46,7 +47,7 @@ def time_length(length: int, rounds: int) -> dict[str, float]:
     """Best-round median seconds of both attentions at one length, interleaved."""
     q, k, v, mask = inputs(length)
     names = {"q": q, "k": k, "v": v, "mask": mask, "scale": HEAD_SIZE**-0.5,
-             "sdpa": F.scaled_dot_product_attention, "short": _short_cpu_attention}  # fmt: skip
+             "sdpa": F.scaled_dot_product_attention, "short": batched_attention}  # fmt: skip
     statements = {
         "sdpa": "sdpa(q, k, v, attn_mask=mask, scale=scale)",
         "short": "short(q, k, v, mask, scale)",

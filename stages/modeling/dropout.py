@@ -38,6 +38,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from stages.modeling.batched_attention import batched_attention
+
 _LOW_31_BITS = 0x7FFFFFFF
 # The attention implementation ``use_fast_dropout`` gives an SDPA backbone; SDPA's mask form.
 FAST_DROPOUT_SDPA = "sdpa_fast_dropout"
@@ -90,7 +92,7 @@ def fast_dropout_attention(
     ``cpu_keep_mask``; otherwise, and for what SDPA's function handles beyond an encoder's plain
     attention (causal masks, position biases, grouped heads, soft-capping, sinks), it is
     ``sdpa_attention_forward``."""
-    batch, heads, length, size = query.shape
+    _, heads, length, size = query.shape
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     plain = (
         not (causal and attention_mask is None and length > 1)
@@ -104,24 +106,13 @@ def fast_dropout_attention(
             module, query, key, value, attention_mask,
             dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs,
         )  # fmt: skip
-    keys = key.shape[2]
     scale = size**-0.5 if scaling is None else scaling
-    transposed_keys = key.reshape(batch * heads, keys, size).transpose(1, 2)
-    rows = query.reshape(batch * heads, length, size)
-    if attention_mask is None:
-        scores = torch.bmm(rows, transposed_keys).mul_(scale)
-    else:
-        bias = attention_mask.to(query.dtype)
-        if attention_mask.dtype == torch.bool:
-            minimum = torch.finfo(query.dtype).min  # finite: a fully masked row cannot give NaN
-            bias = torch.zeros_like(bias).masked_fill_(~attention_mask, minimum)
-        queries = bias.shape[2]
-        bias = bias.expand(batch, heads, queries, keys).reshape(batch * heads, queries, keys)
-        scores = torch.baddbmm(bias, rows, transposed_keys, alpha=scale)
-    probs = scores.softmax(dim=-1)
-    probs = probs * cpu_keep_mask(tuple(probs.shape), dropout, probs.dtype)
-    context = torch.bmm(probs, value.reshape(batch * heads, keys, size))
-    return context.view(batch, heads, length, size).transpose(1, 2).contiguous(), None
+
+    def drop(probs: torch.Tensor) -> torch.Tensor:
+        return probs * cpu_keep_mask(tuple(probs.shape), dropout, probs.dtype)
+
+    context = batched_attention(query, key, value, attention_mask, scale, drop)
+    return context.contiguous(), None
 
 
 AttentionInterface.register(FAST_DROPOUT_SDPA, fast_dropout_attention)

@@ -59,6 +59,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from stages.modeling.backbone_adapters import ADAPTERS, find_adapter
+from stages.modeling.batched_attention import batched_attention
 from stages.modeling.dropout import FAST_DROPOUT_SDPA, dropout_mask
 
 # Attention implementations that take a (batch, 1, 1, keys) mask ready made: boolean (True:
@@ -304,10 +305,10 @@ def _attend(
 ) -> torch.Tensor:
     """Packed attention context (tokens, hidden) over the padded layout with the padding masked
     out: through transformers' attention function for the model's implementation, or, for a
-    short batch evaluated on the CPU, ``_short_cpu_attention``."""
+    short batch evaluated on the CPU, ``batched_attention``."""
     q, k, v = _split_heads(qkv, packing, heads)
     if not attention.training and q.device.type == "cpu" and packing.length <= SHORT_CPU_LENGTH:
-        context = _short_cpu_attention(q, k, v, None if packing.dense else bias, attention.scaling)
+        context = batched_attention(q, k, v, None if packing.dense else bias, attention.scaling)
     else:
         context, _ = _attention_function(attention)(
             attention,
@@ -327,26 +328,6 @@ def _attend(
 # transformers' eager_attention_forward computes the same with 4-D matmuls and a separate mask
 # addition, which measured no faster than SDPA at 16 positions; baddbmm fuses scale and mask.
 SHORT_CPU_LENGTH = 16
-
-
-def _short_cpu_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scaling: float
-) -> torch.Tensor:
-    """softmax(q kᵀ · scaling + mask) v for (batch, heads, length, head_size) q, k, v, with
-    ``mask`` (batch, 1, 1, keys) boolean (True: attend), additive, or None; returned as
-    (batch, length, heads, head_size), the attention functions' layout."""
-    batch, heads, length, size = q.shape
-    rows = (batch * heads, length, size)
-    keys = k.reshape(rows).transpose(1, 2)
-    if mask is None:
-        scores = torch.bmm(q.reshape(rows), keys).mul_(scaling)
-    else:
-        if mask.dtype == torch.bool:  # SDPA's form, (batch, 1, 1, keys)
-            mask = attention_bias(mask[:, 0, 0, :], "eager", q.dtype)
-        bias = mask.expand(batch, heads, 1, length).reshape(batch * heads, 1, length)
-        scores = torch.baddbmm(bias, q.reshape(rows), keys, alpha=scaling)
-    context = torch.bmm(scores.softmax(dim=-1), v.reshape(rows))
-    return context.view(batch, heads, length, size).transpose(1, 2)
 
 
 def padded_dropout(dropout: nn.Dropout, packed: torch.Tensor, packing: Packing) -> torch.Tensor:

@@ -13,11 +13,11 @@ from transformers import RobertaConfig, RobertaModel
 
 from stages.core.params import POOLERS
 from stages.modeling.backbone import load_backbone
+from stages.modeling.batched_attention import batched_attention
 from stages.modeling.encoder import embed
 from stages.modeling.pooling import pool
 from stages.modeling.unpadded import (
     Packing,
-    _short_cpu_attention,
     attention_bias,
     unpadding_unsupported,
 )
@@ -258,7 +258,7 @@ def test_a_batch_without_padding_packs_by_reshaping() -> None:
 
 
 @pytest.mark.parametrize("mask_kind", ["boolean", "additive", "none"])
-def test_short_cpu_attention_equals_sdpa(mask_kind: str) -> None:
+def test_batched_attention_equals_sdpa(mask_kind: str) -> None:
     q, k, v = torch.randn(3, 4, 2, 6, 8, generator=torch.Generator().manual_seed(0))
     keys = torch.tensor([[1] * 6, [1] * 6, [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0]], dtype=bool)
     mask = {
@@ -269,7 +269,7 @@ def test_short_cpu_attention_equals_sdpa(mask_kind: str) -> None:
     expected = F.scaled_dot_product_attention(
         q, k, v, attn_mask=None if mask is None else keys[:, None, None, :], scale=0.3
     ).transpose(1, 2)
-    got = _short_cpu_attention(q, k, v, mask, 0.3)
+    got = batched_attention(q, k, v, mask, 0.3)
     assert got.shape == (4, 6, 2, 8)  # (batch, length, heads, head_size)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
@@ -285,10 +285,8 @@ def test_short_evaluation_batches_on_the_cpu_equal_the_padded_forward_with_gradi
     import stages.modeling.unpadded as unpadded
 
     short = []
-    original = unpadded._short_cpu_attention
-    monkeypatch.setattr(
-        unpadded, "_short_cpu_attention", lambda *a: short.append(1) or original(*a)
-    )
+    original = unpadded.batched_attention
+    monkeypatch.setattr(unpadded, "batched_attention", lambda *a: short.append(1) or original(*a))
     model = encoder(family, tokenizer).eval()
     ids, mask = padded_batch(tokenizer)
     monkeypatch.setattr(unpadded, "SHORT_CPU_LENGTH", ids.shape[1])
