@@ -28,10 +28,11 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from stages.core import layout
 from stages.core.params import POOLERS
 from stages.modeling.backbone import resolve_model_location
 from stages.modeling.backbone_adapters import find_adapter
-from stages.modeling.checkpoint import ENCODER_FILE, read_encoder_info
+from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info
 from stages.modeling.pooler_head import pooler_head, restore_pooler_head
 from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
 from stages.modeling.unpadded import Packing, packed_forward, unpadding_unsupported
@@ -231,8 +232,9 @@ class SentenceEncoder:
             "max_length": self.max_length,
             "precision": self.precision,
         }
-        if self.info is not None and self.info.run_id:
-            parts["run_id"] = self.info.run_id
+        checkpoint = stored_checkpoint(Path(self.location), self.info)
+        if checkpoint is not None:
+            parts["checkpoint"] = checkpoint
         elif Path(self.location).is_dir():
             parts["files"] = _directory_digest(Path(self.location))
         else:
@@ -253,6 +255,17 @@ class SentenceEncoder:
             "device": str(self.device),
             "fingerprint": self.fingerprint,
         }
+
+
+def stored_checkpoint(location: Path, info: EncoderInfo | None) -> tuple[str, str] | None:
+    """(run id, checkpoint name) when ``location`` is a checkpoint folder of its own run in the
+    runs store (written once, complete, never changed, so the pair names its weights without
+    reading them); None for any other folder, whose ``encoder.json`` may have been copied along
+    with weights that have changed since (an exported or further-trained model)."""
+    if info is None or not info.run_id:
+        return None
+    run = layout.run_dir(info.run_id).resolve()
+    return (info.run_id, location.name) if location.resolve().parent == run else None
 
 
 def _directory_digest(folder: Path) -> str:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from senteval_testing import save_tiny_bert
 from transformers import AutoModel, AutoTokenizer
 
+from stages.core import layout
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
 from stages.modeling.encoder import EncoderError, SentenceEncoder, length_batches
 from stages.modeling.pooling import pool
@@ -67,6 +68,32 @@ def test_fingerprint_follows_weights_pooler_and_precision(tiny_bert: Path, tmp_p
     assert SentenceEncoder(str(tiny_bert), "cls", device="cpu").fingerprint != base.fingerprint
     bf16 = SentenceEncoder(str(tiny_bert), "mean", device="cpu", precision="bf16")
     assert bf16.fingerprint != base.fingerprint
+
+
+def test_a_runs_checkpoints_and_copies_of_them_have_their_own_fingerprints(
+    tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's best and final share its run id (encoder.json); a folder outside the runs store
+    that carries the same encoder.json (an exported or further-trained copy) may hold other
+    weights: each is its own entry of the embedding cache, never another's."""
+    monkeypatch.setattr(layout, "RUNS", tmp_path / "runs")
+    info = EncoderInfo(
+        eval_pooler="cls_before_pooler", train_pooler="cls", max_seq_length=32, run_id="r1"
+    )
+    folders = {
+        "best": layout.run_dir("r1") / "best",
+        "final": layout.run_dir("r1") / "final",
+        "copy": tmp_path / "exported",
+    }
+    for seed, folder in enumerate(folders.values()):
+        write_encoder_info(save_tiny_bert(folder, str(tiny_bert), seed=seed), info)
+    prints = {
+        name: SentenceEncoder(str(f), device="cpu").fingerprint for name, f in folders.items()
+    }
+    assert len(set(prints.values())) == 3
+    assert SentenceEncoder(str(folders["best"]), device="cpu").fingerprint == prints["best"]
+    write_encoder_info(save_tiny_bert(folders["copy"], str(tiny_bert), seed=5), info)
+    assert SentenceEncoder(str(folders["copy"]), device="cpu").fingerprint != prints["copy"]
 
 
 def test_nan_weights_fail_naming_the_model_and_a_sentence(tiny_bert: Path, tmp_path: Path) -> None:
