@@ -86,3 +86,32 @@ def test_the_environment_switch_puts_torch_and_transformers_versions_in_every_id
     assert expected["torch"] == "2.13" and all(
         r.identity["environment"] is None for r in recorded.values()
     )
+
+
+def test_mteb_task_sets_are_code_of_the_mteb_evaluation_only() -> None:
+    """Which tasks a named set runs decides an MTEB result: editing the list re-evaluates."""
+    mteb = set(code_files(EVALUATIONS["mteb"].code_modules))
+    senteval = set(code_files(EVALUATIONS["senteval"].code_modules))
+    train = set(code_files(["stages.train"]))
+    assert "stages/core/mteb_task_sets.py" in mteb
+    assert "stages/core/mteb_task_sets.py" not in senteval | train
+
+
+def test_what_the_core_derives_from_an_objectives_settings_is_in_its_runs_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The core is outside code identity, so its derivations (paper 002's ``modified``, which
+    objectives read a temperature) enter run ids as values: editing one changes the ids of the
+    runs whose behaviour it changes, and no other run's."""
+    from stages.core.objective_settings import AlignMHESettings
+
+    params = load_params(REPO / "presets" / "unified_gradient.yaml")
+    before = {name: run.run_id for name, run in plan_runs(params).items()}
+    original_mhe = next(n for n in before if n.startswith("align_mhe_original."))
+    assert plan_runs(params)[original_mhe].identity["objective_derived"]["modified"] is False
+    monkeypatch.setattr(AlignMHESettings, "modified", property(lambda self: True))
+    after = {name: run.run_id for name, run in plan_runs(params).items()}
+    changed = {name for name in before if before[name] != after[name]}
+    assert original_mhe in changed
+    assert not any(n.startswith(("simcse.", "align_mhs", "barlow", "vicreg")) for n in changed)
+    assert all(n.startswith("align_mhe") for n in changed)

@@ -5,7 +5,8 @@ transitive closure of the imports (module-level and inside functions) of the sta
 modules, each module's package ``__init__`` included, read with ``ast`` without importing
 anything. Two kinds of module are left out, because they compute nothing in any output:
 ``stages.core`` (the description of a run: params schema, ids, paths; its effect on an output is
-the settings' values, which are hashed themselves) and ``stages.cli`` (argument parsing and error
+the settings' values, which are hashed themselves, with what the core derives from them; MTEB's
+task sets excepted) and ``stages.cli`` (argument parsing and error
 printing). An objective's loss is imported lazily by name, so a run covers only the loss module
 it uses (``stages.core.objective_settings.OBJECTIVES``) and what that imports.
 
@@ -30,6 +31,10 @@ PACKAGE = "stages"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding stages/
 # Describe runs or print errors; computing nothing in an output, they are no part of its code.
 OUTSIDE_CODE_IDENTITY = ("stages.core", "stages.cli")
+# The core module that is data of a stage, not a description of a run: which tasks MTEB's named
+# sets run (an edit must re-evaluate). Objectives' derived switches are hashed as values instead
+# (``ObjectiveSettings.derived``), so adding an objective retrains nothing.
+CORE_MODULES_IN_CODE_IDENTITY = ("stages.core.mteb_task_sets",)
 
 
 def module_file(module: str) -> Path:
@@ -40,6 +45,8 @@ def module_file(module: str) -> Path:
 
 
 def _is_excluded(module: str) -> bool:
+    if module in CORE_MODULES_IN_CODE_IDENTITY:
+        return False
     return any(module == m or module.startswith(m + ".") for m in OUTSIDE_CODE_IDENTITY)
 
 

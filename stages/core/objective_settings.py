@@ -33,6 +33,20 @@ class ObjectiveSettings(BaseModel):
     # Whether the trainer must encode ArcCSE masked triplets (dropout off) for this objective.
     needs_triplets: ClassVar[bool] = False
 
+    def derived(self) -> dict[str, Any]:
+        """What this module's code derives from the settings for the losses and the trainer to
+        read (the class switches and every property, e.g. paper 002's ``modified``). Part of a
+        run's id next to the settings: the core is outside code identity, so an edit of a
+        derivation must reach the ids through the values it yields."""
+        names = {"uses_temperature", "needs_triplets"} | {
+            name
+            for cls in type(self).__mro__
+            if isinstance(cls, type) and issubclass(cls, ObjectiveSettings)
+            for name, attribute in vars(cls).items()
+            if isinstance(attribute, property)
+        }
+        return {name: getattr(self, name) for name in sorted(names)}
+
     def unused_settings(self) -> tuple[str, ...]:
         """Fields given explicitly (not left to their defaults) that this configuration does not
         read, so a setting that would silently change nothing is refused (params validation)."""

@@ -204,6 +204,7 @@ def make_run(
     identity = {
         "id_schema": ID_SCHEMA,
         "objective": settings.objective.model_dump(mode="json"),
+        "objective_derived": settings.objective.derived(),
         "temperature": settings.temperature.model_dump(mode="json"),
         "train": train,
         "backbone": params.backbones[backbone].model_dump(mode="json"),
