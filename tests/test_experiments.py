@@ -103,3 +103,41 @@ def test_run_identity_names_the_data_by_checksum() -> None:
         "7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706"
     )
     assert len(run.identity["dev_set"]) == 64
+
+
+def test_a_local_model_folder_is_identified_by_its_files(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path names no weights: overwriting the folder's files must give new run, triplet and
+    baseline ids (a hub id with its revision, or a package, names its files and keeps its id)."""
+    from stages.core import data_check
+    from stages.core.evaluations import EVALUATIONS
+    from stages.core.runs import evaluation_id, plan_baselines, triplets_id
+
+    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "tokenizer.json").write_text("{}")
+    raw = copy.deepcopy(MATRIX)
+    raw["backbones"]["local"] = {"model": str(folder)}
+    raw["methods"]["arccse"] = {"objective": {"name": "arccse"}}
+    raw["experiments"] = [{"methods": ["simcse", "arccse"], "backbones": ["local", "minilm"]}]
+    raw["baselines"] = {"local-mean": {"backbone": "local", "pooler": "mean"}}
+
+    def ids() -> dict[str, str]:
+        params = parse_params(raw)
+        runs = plan_runs(params)
+        out = {name: run.run_id for name, run in runs.items()}
+        out["triplets"] = triplets_id(params, "local", "arccse")
+        out["triplets.minilm"] = triplets_id(params, "minilm", "arccse")
+        (baseline,) = plan_baselines(params)
+        out["baseline"] = evaluation_id(next(iter(EVALUATIONS)), baseline, params, runs)
+        return out
+
+    before = ids()
+    assert ids() == before
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    after = ids()
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == {"simcse.local.s42", "arccse.local.s42", "triplets", "baseline"}

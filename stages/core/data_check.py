@@ -58,6 +58,15 @@ def cached_sha256(paths: list[Path]) -> dict[Path, str]:
     return hashes
 
 
+def folder_digest(folder: Path) -> str:
+    """sha256 over the relative paths and contents of every file under ``folder`` (the files'
+    hashes come from ``cached_sha256``, so an unchanged folder is not read again)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    hashes = cached_sha256(files)
+    listing = "".join(f"{p.relative_to(folder).as_posix()}\0{hashes[p]}\n" for p in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
 @cache
 def _datasets() -> dict[str, Dataset]:
     return load_manifest().datasets

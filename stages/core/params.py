@@ -274,6 +274,11 @@ class RandomInit(Section):
     intermediate_size: PositiveInt = 128
 
 
+# ``model: package:<module>``: the model folder an installed package ships (its
+# ``get_model_path()``), e.g. the offline all-MiniLM-L6-v2 of the tests.
+PACKAGE_PREFIX = "package:"
+
+
 class BackboneParams(Section):
     model: str = Field(description="Hugging Face model id or local directory")
     revision: str = Field("main", description="hub revision (a commit hash pins the weights)")

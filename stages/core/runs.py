@@ -29,12 +29,19 @@ from typing import Any
 
 from stages.core import layout
 from stages.core.code_identity import code_files, code_identity
+from stages.core.data_check import folder_digest
 from stages.core.data_manifest import load_manifest
 from stages.core.environment import id_environment
 from stages.core.errors import StageError
 from stages.core.evaluations import EVALUATIONS
 from stages.core.objective_settings import OBJECTIVES, ObjectiveSettings
-from stages.core.params import BackboneParams, BaselineParams, Params, ResolvedMethod
+from stages.core.params import (
+    PACKAGE_PREFIX,
+    BackboneParams,
+    BaselineParams,
+    Params,
+    ResolvedMethod,
+)
 
 # Settings that change how a run executes but not what it computes; left out of the id.
 EXECUTION_ONLY_TRAIN_KEYS = frozenset(
@@ -98,6 +105,21 @@ def dev_set_identity() -> str | None:
     return _manifest_checksums()[STSB_DEV]
 
 
+def local_model_files(spec: BackboneParams) -> dict[str, str]:
+    """``{"files": digest}`` of a backbone that is a local folder, else nothing: a hub id with
+    its revision or an installed package names its files, but a folder can be overwritten in
+    place, so its path names nothing (``data_check.folder_digest``, cached by file stat)."""
+    folder = Path(spec.model)
+    if spec.model.startswith(PACKAGE_PREFIX) or not folder.is_dir():
+        return {}
+    return {"files": folder_digest(folder)}
+
+
+def backbone_identity(spec: BackboneParams) -> dict[str, Any]:
+    """The backbone's settings, and a local folder's files by content."""
+    return {**spec.model_dump(mode="json"), **local_model_files(spec)}
+
+
 def triplets_id(params: Params, backbone: str, method: str) -> str:
     """Content address of the masked-triplet file ``method``'s runs on ``backbone`` read: the
     corpus, the tokenizer (model and revision), the method's triplets settings and the masking
@@ -107,6 +129,7 @@ def triplets_id(params: Params, backbone: str, method: str) -> str:
         {
             "corpus": corpus_identity(params)["sha256"] or params.data.corpus,
             "tokenizer": f"{spec.model}@{spec.revision}",
+            **local_model_files(spec),
             "params": params.triplets_for(method).model_dump(mode="json"),
             "code": code_identity(TRIPLETS_CODE),
             "environment": id_environment(params.identity.environment),
@@ -207,7 +230,7 @@ def make_run(
         "objective_derived": settings.objective.derived(),
         "temperature": settings.temperature.model_dump(mode="json"),
         "train": train,
-        "backbone": params.backbones[backbone].model_dump(mode="json"),
+        "backbone": backbone_identity(params.backbones[backbone]),
         "seed": seed,
         "corpus": corpus_identity(params),
         "triplets": tid,
@@ -262,7 +285,7 @@ def evaluated_identity(name: str, params: Params, runs: dict[str, Run]) -> dict[
     baseline = plan_baselines(params)[name]
     return {
         "baseline": baseline.model_dump(mode="json"),
-        "backbone": params.backbones[baseline.backbone].model_dump(mode="json"),
+        "backbone": backbone_identity(params.backbones[baseline.backbone]),
     }
 
 
