@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,10 +132,17 @@ def _summary(results: dict[str, Any]) -> dict[str, Any]:
     transfer = {n: r["acc"] for n, r in results.items() if n in SENTEVAL_TRANSFER_TASKS}
     summary: dict[str, Any] = {"sts": sts, "transfer": transfer}
     if sts:
-        summary["sts_avg"] = float(np.mean(list(sts.values())))
+        summary["sts_avg"] = table_average(sts.values())
     if transfer:
-        summary["transfer_avg"] = float(np.mean(list(transfer.values())))
+        summary["transfer_avg"] = table_average(transfer.values())
     return summary
+
+
+def table_average(scores: Iterable[float]) -> float:
+    """The mean of the scores as the tables print them: SimCSE's evaluation.py averages the
+    "%.2f" strings of its cells (``float(score)``), not the unrounded values, so its average
+    can differ from the unrounded mean in the second decimal."""
+    return float(np.mean([float(f"{score:.2f}") for score in scores]))
 
 
 def _protocol(settings, mode, loaded, data_dir, batch_size, empty_sentence, device) -> dict:

@@ -22,11 +22,13 @@ Embed = Callable[[Sequence[str]], np.ndarray]
 
 
 def features(split: LabelledSplit, embed: Embed) -> np.ndarray:
-    """A sentence's embedding, or MRPC's ``np.c_[|u - v|, u * v]`` for a pair (float32)."""
+    """A sentence's embedding, or MRPC's ``np.c_[|u - v|, u * v]`` for a pair, as float32. The
+    pair features are computed in the embeddings' own dtype and cast after, as SentEval's MRPC
+    (its classifier casts to float32)."""
     if len(split.columns) == 1:
         return np.asarray(embed(split.columns[0]), dtype=np.float32)
-    u, v = (np.asarray(embed(col), dtype=np.float32) for col in split.columns)
-    return np.concatenate([np.abs(u - v), u * v], axis=1)
+    u, v = (np.asarray(embed(col)) for col in split.columns)
+    return np.concatenate([np.abs(u - v), u * v], axis=1).astype(np.float32, copy=False)
 
 
 def run_transfer(

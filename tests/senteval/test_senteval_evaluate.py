@@ -15,7 +15,7 @@ from stages.core.evaluations import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.dev import StsbDevEvaluation
 from stages.senteval_protocol.embeddings import EncoderOutputError
-from stages.senteval_protocol.evaluate import evaluate
+from stages.senteval_protocol.evaluate import evaluate, table_average
 from stages.senteval_protocol.loaders import downstream_dir, load_task
 
 
@@ -37,6 +37,9 @@ def test_all_tasks_results_protocol_and_timings(
     assert out["summary"]["transfer_avg"] == pytest.approx(
         np.mean([out["tasks"][t]["acc"] for t in TRANSFER_TASKS])
     )
+    # SimCSE's evaluation.py averages the printed ("%.2f") cells
+    printed = [float(f"{out['summary']['sts'][t]:.2f}") for t in STS_TASKS]
+    assert out["summary"]["sts_avg"] == pytest.approx(np.mean(printed), abs=1e-12)
     protocol = out["protocol"]
     assert protocol["mode"] == "fasttest"
     assert protocol["classifier"]["kfold"] == 5 and protocol["classifier"]["optimizer"] == "rmsprop"
@@ -115,3 +118,26 @@ def test_stsb_dev_evaluation_is_the_evaluators_own_numbers(
     assert dev.alignment == full["alignment_uniformity"]["alignment"]
     assert dev.uniformity == full["alignment_uniformity"]["uniformity"]
     assert len(bag_of_words.encoded) == len(set(bag_of_words.encoded))
+
+
+def test_table_averages_are_means_of_the_printed_cells() -> None:
+    """SimCSE's evaluation.py: float("%.2f" % score) per cell, then their mean."""
+    assert table_average([70.004, 80.008]) == pytest.approx((70.00 + 80.01) / 2, abs=1e-12)
+    assert table_average([70.004, 80.004]) == pytest.approx(75.0, abs=1e-12)  # not 75.004
+
+
+def test_mrpc_pair_features_are_computed_in_the_embeddings_dtype() -> None:
+    """SentEval's MRPC builds np.c_[|u - v|, u * v] from the batcher's arrays; its classifier
+    casts to float32 after."""
+    from stages.senteval_protocol.loaders import LabelledSplit
+    from stages.senteval_protocol.transfer import features
+
+    rng = np.random.default_rng(0)
+    table = {t: rng.standard_normal(4) for t in ("a", "b", "c", "d")}
+    split = LabelledSplit(columns=(["a", "b"], ["c", "d"]), labels=np.array([0, 1]))
+    embed = lambda texts: np.stack([table[t] for t in texts])  # noqa: E731 (float64)
+    u, v = embed(["a", "b"]), embed(["c", "d"])
+    expected = np.c_[np.abs(u - v), u * v].astype(np.float32)
+    got = features(split, embed)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, expected)
