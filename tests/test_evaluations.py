@@ -91,3 +91,37 @@ def test_an_evaluation_id_covers_its_own_settings_and_no_others() -> None:
     raw["evaluations"]["sts_tsv"]["batch_size"] = 7
     after = ids(raw)
     assert {e for e in EVALUATIONS if before[e] != after[e]} == {"sts_tsv"}
+
+
+def test_data_outside_the_workspace_data_folder_is_identified_by_its_files(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The manifest's checksums name data/ only (checked at every use); a SentEval or MTEB
+    folder of the user's elsewhere is never checked against them, so its files name it, and it
+    is what the job depends on."""
+    from stages.core import data_check
+    from stages.core.data_manifest import load_manifest
+
+    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    own = tmp_path / "mydata" / "senteval"
+    gold = own / "downstream" / "STS" / "STSBenchmark" / "sts-test.csv"
+    gold.parent.mkdir(parents=True)
+    gold.write_text("a\tb\t1.0\n")
+    raw = smoke()
+    name = "simcse.tiny-bert.s42"
+
+    def senteval_id(tree: dict) -> str:
+        params = parse_params(tree)
+        return evaluation_id("senteval", name, params, plan_runs(params))
+
+    default = parse_params(raw).senteval
+    manifest = load_manifest().datasets["senteval"].files
+    assert default.data_identity() == {f.path: f.sha256 for f in manifest}
+    raw["senteval"] = {**raw.get("senteval", {}), "data_dir": str(own)}
+    mine = parse_params(raw).senteval
+    assert mine.reads() == (own,)
+    before = senteval_id(raw)
+    gold.write_text("a\tb\t4.0\n")
+    assert senteval_id(raw) != before
+    raw["mteb"] = {**raw.get("mteb", {}), "senteval_dir": str(own)}
+    assert own in parse_params(raw).mteb.reads()

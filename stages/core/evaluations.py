@@ -34,8 +34,8 @@ from pydantic import (
 )
 
 from stages.core import layout
-from stages.core.data_check import sha256_of
-from stages.core.data_manifest import load_manifest
+from stages.core.data_check import folder_digest, sha256_of
+from stages.core.data_manifest import is_under, load_manifest
 from stages.core.mteb_task_sets import SIMACE56, STS7, TASK_SETS, unknown_task_names
 
 SENTEVAL_STS_TASKS = (
@@ -71,9 +71,25 @@ class EvaluationSettings(BaseModel):
         return None
 
     def data_identity(self) -> dict[str, str | None]:
-        """Its data by content (part of its id): {path: sha256}."""
+        """Its data by content (part of its id): what it reads in the workspace's data/ by the
+        manifest's sha256 (checked against the files at every use), a folder of the user's
+        elsewhere (not the manifest's, so never checked) by its files' own hashes."""
         manifest = load_manifest()
-        return {f.path: f.sha256 for name in self.datasets for f in manifest.datasets[name].files}
+        data = layout.DATA.resolve()
+        identity: dict[str, str | None] = {}
+        for path in self.reads():
+            try:
+                inside = path.resolve().relative_to(data).as_posix()
+            except ValueError:
+                identity[str(path)] = folder_digest(path) if path.is_dir() else None
+                continue
+            identity |= {
+                f.path: f.sha256
+                for dataset in manifest.datasets.values()
+                for f in dataset.files
+                if is_under(f.path, inside) or is_under(inside, f.path)
+            }
+        return identity
 
 
 class SentEvalParams(EvaluationSettings):
@@ -86,6 +102,9 @@ class SentEvalParams(EvaluationSettings):
     )
     batch_size: PositiveInt = 128
     seed: Annotated[int, Field(ge=0, lt=2**32)] = 1111
+
+    def reads(self) -> tuple[Path, ...]:
+        return (Path(self.data_dir),)
 
 
 class MtebParams(EvaluationSettings):
@@ -146,8 +165,8 @@ class MtebParams(EvaluationSettings):
         if not self.local_data:
             return ()
         if self.local_source == "senteval":
-            return layout.sts_raw_dir(), layout.senteval_dir()
-        return (layout.sts_raw_dir(),)
+            return Path(self.sts_raw_dir), Path(self.senteval_dir)
+        return (Path(self.sts_raw_dir),)
 
 
 class StsTsvParams(EvaluationSettings):
