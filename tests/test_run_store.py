@@ -110,3 +110,30 @@ def test_the_report_warns_when_runs_differ_in_environment():
     assert environment_warning(same) is None
     mixed = pl.DataFrame({"environment": ["torch 2.13.0, cpu fp32", "torch 2.4.0, cuda bf16"]})
     assert "different environments" in environment_warning(mixed)
+
+
+def test_status_tells_current_outputs_from_stale_ones(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An output under experiments/ counts as done only if it is the one the params plan now:
+    training for the planned run id, an evaluation for the planned evaluation id."""
+    monkeypatch.chdir(tmp_path)
+    params = load_params(REPO / "params.yaml")
+    runs = plan_runs(params)
+    folder = layout.experiment_dir(EXPERIMENT)
+    folder.mkdir(parents=True)
+    (folder / "train.json").write_text(json.dumps({"run_id": runs[EXPERIMENT].run_id}))
+    stored = store_evaluation("senteval", EXPERIMENT, params, {"tasks": {}})
+    (folder / "senteval.json").write_text(json.dumps(stored))
+    row = rows_by_name(params)[EXPERIMENT]
+    assert (row["train"], row["senteval"], row["mteb"]) == ("yes", "yes", "-")
+
+    changed = load_params(REPO / "params.yaml").model_copy(
+        update={"senteval": params.senteval.model_copy(update={"mode": "fasttest"})}
+    )
+    row = rows_by_name(changed)[EXPERIMENT]
+    assert (
+        row["train"] == "yes" and row["senteval"] == f"stale (evaluation {stored['evaluation_id']})"
+    )
+    (folder / "train.json").write_text(json.dumps({"run_id": "0123456789abcdef"}))
+    assert rows_by_name(params)[EXPERIMENT]["train"] == "stale (run 0123456789abcdef)"

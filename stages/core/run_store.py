@@ -116,11 +116,37 @@ def run_state(run: Run) -> str:
     return "-"
 
 
+def recorded_output(
+    stage: str, experiment: str, params: Params, runs: dict[str, Run]
+) -> tuple[dict[str, Any] | None, str]:
+    """``experiments/<experiment>/<stage>.json`` and its state: 'yes' when it is the output the
+    params plan now (training: the planned run id; an evaluation: the planned evaluation id),
+    'stale (...)' when it is another's (settings, data or code changed since, or it was
+    computed with command-line overrides), '-' when there is none."""
+    path = layout.experiment_dir(experiment) / f"{stage}.json"
+    if not path.is_file():
+        return None, "-"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return None, f"unreadable ({error})"
+    if not isinstance(data, dict):
+        return None, "unreadable (not a JSON object)"
+    if stage == "train":
+        recorded, planned = data.get("run_id"), runs[experiment].run_id
+        return data, "yes" if recorded == planned else f"stale (run {recorded})"
+    recorded, planned = data.get("evaluation_id"), evaluation_id(stage, experiment, params, runs)
+    if recorded == planned:
+        return data, "yes"
+    return data, f"stale (evaluation {recorded or 'not as planned'})"
+
+
 def status_rows(params: Params) -> list[dict[str, str]]:
     rows = []
-    for name, run in plan_runs(params).items():
+    runs = plan_runs(params)
+    for name, run in runs.items():
         done = {
-            stage: "yes" if (layout.experiment_dir(name) / f"{stage}.json").is_file() else "-"
+            stage: recorded_output(stage, name, params, runs)[1]
             for stage in ("train", *params.planned_evaluations())
         }
         state = run_state(run)

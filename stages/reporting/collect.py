@@ -19,7 +19,7 @@ from stages.core import layout
 from stages.core.evaluations import STSB_DEV_TASK
 from stages.core.params import Params
 from stages.core.run_store import origin_label
-from stages.core.runs import plan_baselines, plan_runs
+from stages.core.runs import evaluation_id, plan_baselines, plan_runs
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
 from stages.senteval_protocol.sts import ALIGNMENT_THRESHOLD
@@ -196,7 +196,7 @@ def is_planned(params: Params, entry: Planned, source: str) -> bool:
 
 def collect(params: Params, root: Path = Path(".")) -> Collected:
     """Everything finished under ``root`` for the planned experiments of ``params``."""
-    planned = plan(params)
+    planned, runs = plan(params), plan_runs(params)
     rows: list[dict[str, Any]] = []
     status: list[dict[str, Any]] = []
     collected = Collected(planned, pl.DataFrame(schema=RESULT_SCHEMA), pl.DataFrame())
@@ -228,6 +228,14 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
             if entry.kind == "run" and recorded != entry.run_id:
                 state[source] = f"stale: run {recorded}, planned {entry.run_id}"
                 continue
+            if source != "train":
+                planned = evaluation_id(source, entry.experiment, params, runs)
+                if data.get("evaluation_id") != planned:
+                    state[source] = (
+                        f"stale: evaluation {data.get('evaluation_id') or 'not as planned'}, "
+                        f"planned {planned} (its settings, data or code changed)"
+                    )
+                    continue
             for task, metric, value in READERS.get(source, score_rows)(data):
                 rows.append(
                     {

@@ -15,7 +15,7 @@ from scipy import stats
 
 from stages.core import layout
 from stages.core.params import Params, load_params
-from stages.core.runs import plan_runs
+from stages.core.runs import evaluation_id, plan_runs
 from stages.report import build_report
 from stages.reporting.collect import Planned, collect
 from stages.reporting.figures import detect_sweeps
@@ -59,7 +59,7 @@ def sts_score(method: str, seed: int, task: str) -> float:
     )
 
 
-def senteval_result(method: str, seed: int, run_id: str | None) -> dict:
+def senteval_result(method: str, seed: int, run_id: str | None, evaluation: str) -> dict:
     tasks = {}
     for task in STS:
         value = sts_score(method, seed, task)
@@ -76,6 +76,7 @@ def senteval_result(method: str, seed: int, run_id: str | None) -> dict:
         "summary": _summary(tasks),
         "alignment_uniformity": geometry,
         "encoder": {"run_id": run_id, "fingerprint": f"fp-{method}-{seed}"},
+        "evaluation_id": evaluation,
     }
 
 
@@ -123,7 +124,8 @@ def write(path: Path, data: dict | str) -> None:
 @pytest.fixture(scope="module")
 def project(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("project")
-    for name, run in plan_runs(params).items():
+    runs = plan_runs(params)
+    for name, run in runs.items():
         if name == MISSING_RUN:
             continue
         folder = root / layout.experiment_dir(name)
@@ -140,10 +142,14 @@ def project(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
         tables = curve_tables(train_log(run.seed))
         write(root / layout.train_steps_file(name), tables["train"])
         write(root / layout.dev_curve_file(name), tables["eval"])
-        write(folder / "senteval.json", senteval_result(run.method, run.seed, run.run_id))
+        evaluation = evaluation_id("senteval", name, params, runs)
+        write(
+            folder / "senteval.json", senteval_result(run.method, run.seed, run.run_id, evaluation)
+        )
+    baseline = "baseline.bert-base-first-last"
     write(
-        root / layout.experiment_dir("baseline.bert-base-first-last") / "senteval.json",
-        senteval_result("baseline", 0, None),
+        root / layout.experiment_dir(baseline) / "senteval.json",
+        senteval_result("baseline", 0, None, evaluation_id("senteval", baseline, params, runs)),
     )
     return root
 
@@ -186,6 +192,27 @@ def test_missing_run_is_marked_not_fatal(params: Params, project: Path, built: d
     md = (project / "reports/results/report.md").read_text()
     assert MISSING_RUN in md and "missing" in md
     assert built["finished/senteval"] == 5 and built["planned"] == 6
+
+
+def test_an_evaluation_of_other_settings_is_stale_not_reported(
+    params: Params, project: Path
+) -> None:
+    """Changing the SentEval settings (tasks, mode) without re-evaluating leaves results of the
+    old settings under experiments/: the report marks them stale and does not use them."""
+    changed = Params.model_validate(
+        {**params.model_dump(), "senteval": {**params.senteval.model_dump(), "mode": "fasttest"}}
+    )
+    collected = collect(changed, project)
+    status = collected.status.filter(experiment="simcse.bert-base.s1").row(0, named=True)
+    assert status["train"] == "done"
+    assert status["senteval"].startswith("stale: evaluation ")
+    assert collected.results.filter(source="senteval").is_empty()
+    assert (
+        collect(params, project)
+        .status.filter(experiment="simcse.bert-base.s1")
+        .row(0, named=True)["senteval"]
+        == "done"
+    )
 
 
 def test_seed_mean_and_std_with_ddof_1(params: Params, project: Path) -> None:
