@@ -30,6 +30,7 @@ call it, with the same shapes, so they still draw the same masks.
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +63,28 @@ def dropout_mask(dropout: nn.Dropout, shape: tuple[int, ...], like: torch.Tensor
     if isinstance(dropout, FastDropout) and like.device.type == "cpu":
         return cpu_keep_mask(shape, dropout.p, like.dtype)
     return F.dropout(like.new_ones(shape), dropout.p, training=True)
+
+
+def apply_dropout_mask(x: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
+    """``x`` times ``dropout_mask``'s mask for it, rounded as dropout on ``x``'s device rounds.
+    torch's CPU dropout scales its mask in the input's dtype, so in bf16 it multiplies by
+    bf16(1 / (1 − p)) = 1.109375 for p = 0.1, as ``x * mask`` does; CUDA's fused kernel
+    multiplies in float32 and rounds once, which a half-precision mask, its scale already
+    rounded, would bias by −0.16% in bf16 (``fused_dropout_product``)."""
+    if x.device.type == "cpu" or x.dtype not in (torch.bfloat16, torch.float16):
+        return x * mask
+    return fused_dropout_product(x, mask != 0, p)
+
+
+def fused_dropout_product(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
+    """CUDA's fused dropout arithmetic for a half-precision ``x``: x · keep · s in float32,
+    rounded to x's dtype once, with s = float32(1 / float32(1 − p)) as the kernel computes it."""
+    scale = _float32(1 / _float32(1 - p))
+    return (x.float() * keep).mul_(scale).to(x.dtype)
+
+
+def _float32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 class FastDropout(nn.Dropout):

@@ -60,7 +60,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from stages.modeling.backbone_adapters import ADAPTERS, find_adapter
 from stages.modeling.batched_attention import batched_attention
-from stages.modeling.dropout import FAST_DROPOUT_SDPA, dropout_mask
+from stages.modeling.dropout import FAST_DROPOUT_SDPA, apply_dropout_mask, dropout_mask
 
 # Attention implementations that take a (batch, 1, 1, keys) mask ready made: boolean (True:
 # attend) or additive.
@@ -336,7 +336,7 @@ def padded_dropout(dropout: nn.Dropout, packed: torch.Tensor, packing: Packing) 
     if not isinstance(dropout, nn.Dropout) or not dropout.training or dropout.p == 0:
         return packed  # ModernBERT builds nn.Identity where its dropout is 0
     mask = dropout_mask(dropout, (packing.batch, packing.length, packed.shape[-1]), packed)
-    return packed * packing.pack(mask)
+    return apply_dropout_mask(packed, packing.pack(mask), dropout.p)
 
 
 def _dense_dropout_norm(
