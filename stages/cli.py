@@ -2,9 +2,9 @@
 
 Each stage module ends with ``if __name__ == "__main__": run(main)``. Expected failures (bad
 params, missing or corrupt data, a diverged run) are ``StageError``s and end the process with
-one readable message and exit status 2 instead of a traceback; so does a full disk or quota,
-wherever it strikes (every output is written to a temporary and renamed, so nothing it cut
-short looks finished).
+one readable message and exit status 2 instead of a traceback; so does a full disk or quota, or
+a location the stage may not write (read-only filesystem, permissions), wherever it strikes
+(every output is written to a temporary and renamed, so nothing it cut short looks finished).
 """
 
 from __future__ import annotations
@@ -19,6 +19,17 @@ from pathlib import Path
 from stages.core.atomic import destination_of
 from stages.core.errors import ParamsError, StageError
 from stages.core.params import DEFAULT_PARAMS
+
+# The OSErrors that are the machine's state, not a bug: how to name the path, what to do.
+FULL = ("writing", "free some space")
+DENIED = ("at", "check that location's permissions (a read-only filesystem, or not yours)")
+REMEDIES = {
+    errno.ENOSPC: FULL,
+    errno.EDQUOT: FULL,
+    errno.EROFS: DENIED,
+    errno.EACCES: DENIED,
+    errno.EPERM: DENIED,
+}
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -55,17 +66,21 @@ def run(main: Callable[[Sequence[str] | None], object]) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if err.errno not in REMEDIES:
             raise
-        where = f" writing {destination_of(Path(err.filename))}" if err.filename else ""
+        preposition, remedy = REMEDIES[err.errno]
+        where = f" {preposition} {destination_of(Path(err.filename))}" if err.filename else ""
         print(
             f"error: {err.strerror}{where}. Nothing this stage cut short is left looking "
-            "finished; free some space and rerun (finished outputs are reused).",
+            f"finished; {remedy} and rerun (finished outputs are reused).",
             file=sys.stderr,
         )
         sys.exit(2)
     except KeyboardInterrupt:
         print(
-            "interrupted: finished outputs are intact, partial ones were discarded", file=sys.stderr
+            "interrupted: finished outputs are intact and nothing cut short looks finished; an "
+            "unfinished training run stays in runs/<run_id>.partial, and a rerun resumes it "
+            "from its last checkpoint",
+            file=sys.stderr,
         )
         sys.exit(130)

@@ -20,6 +20,7 @@ from stages.core.errors import StageError
 from stages.core.evaluations import output_file
 from stages.core.params import POOLERS, Params
 from stages.core.run_store import reuse_evaluation, store_evaluation
+from stages.core.runs import plan_baselines, plan_runs
 
 if TYPE_CHECKING:
     from stages.modeling.encoder import SentenceEncoder
@@ -41,6 +42,13 @@ def add_target_arguments(p: argparse.ArgumentParser, max_length_help: str) -> No
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
 
 
+def require_planned(name: str, params: Params) -> None:
+    """Refuse an experiment that is neither a planned run nor a baseline, listing them."""
+    planned = [*plan_runs(params), *plan_baselines(params)]
+    if name not in planned:
+        raise StageError(f"unknown experiment '{name}'; planned: {', '.join(planned) or '(none)'}")
+
+
 def run_evaluation(
     evaluation: str,
     args: argparse.Namespace,
@@ -60,6 +68,7 @@ def run_evaluation(
     if args.experiment:
         if params is None:
             raise StageError(f"--experiment needs a params file; {args.params} not found")
+        require_planned(args.experiment, params)
         output = Path(args.output or output_file(evaluation, args.experiment))
         folders = [output.parent / name for name in beside]
         if as_planned and reuse_evaluation(evaluation, args.experiment, params, output, folders):

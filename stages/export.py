@@ -5,8 +5,9 @@
 
 Copies the run's checkpoint (``runs/<run_id>/best`` by default) to DIR, adds the
 sentence-transformers files if an older checkpoint lacks them, and rewrites its README.md model
-card with the test scores the evaluation stages have written (experiments/<NAME>/senteval.json,
-mteb.json). ``--push-to-hub`` uploads DIR with huggingface_hub (``create_repo`` +
+card with the test scores the evaluation stages have written for this run
+(experiments/<NAME>/senteval.json, mteb.json, when the run id they record is the run's). DIR
+appears only once complete. ``--push-to-hub`` uploads DIR with huggingface_hub (``create_repo`` +
 ``upload_folder``; the endpoint is ``HF_ENDPOINT``, the token ``HF_TOKEN`` or the saved login,
 never printed); ``--dry-run`` lists what would be uploaded and contacts nothing.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 from stages.cli import parser, run
 from stages.core import layout
+from stages.core.atomic import atomic_path
 from stages.core.errors import StageError
 from stages.core.params import load_params
 from stages.core.runs import planned_run
@@ -35,30 +37,49 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def result_of_run(path: Path, run_id: str) -> dict[str, Any] | None:
+    """The results JSON at ``path`` if it scored run ``run_id`` (the run id its encoder records),
+    else None: the experiment's result of an earlier run (params changed since, the evaluation
+    not rerun) says nothing about this one."""
+    result = _read_json(path)
+    if result is None:
+        return None
+    evaluated = result.get("encoder", {}).get("run_id")
+    if evaluated != run_id:
+        print(f"{path} scored run {evaluated}, not run {run_id}: left out of the card")
+        return None
+    return result
+
+
 def export_checkpoint(
     checkpoint: Path, dest: Path, experiment_dir: Path, run_dir: Path, test_scores: bool = True
 ) -> list[str]:
     """Copy ``checkpoint`` to ``dest`` as a complete model folder; the files written, sorted.
-    ``test_scores``: the evaluations' scores go into the card (they are the best checkpoint's)."""
+    ``test_scores``: the evaluations' scores of this run go into the card (they are the best
+    checkpoint's). The folder is written beside ``dest`` under a hidden temporary name and
+    renamed into place once complete: an export cut short leaves no model-looking folder."""
     info = read_encoder_info(checkpoint)
     if info is None:
         raise StageError(f"{checkpoint} is not a trained checkpoint (no encoder.json)")
-    if dest.exists() and any(dest.iterdir()):
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise StageError(f"{dest} exists and is not empty; choose a new folder")
-    shutil.copytree(checkpoint, dest, dirs_exist_ok=True)
-    if not (dest / ST_MODULES_FILE).is_file():
-        write_sentence_transformers_files(dest, info.eval_pooler)
-    config = _read_json(dest / "run.json") or {}
-    metrics = _read_json(run_dir / "metrics.json") or {}
-    evaluated = experiment_dir if test_scores else None
-    card = render_model_card(
-        config,
-        metrics,
-        senteval=_read_json(evaluated / "senteval.json") if evaluated else None,
-        mteb=_read_json(evaluated / "mteb.json") if evaluated else None,
-    )
-    (dest / MODEL_CARD).write_text(card, encoding="utf-8")
-    return sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    run_id = run_dir.name
+    with atomic_path(dest) as work:
+        shutil.copytree(checkpoint, work)
+        if not (work / ST_MODULES_FILE).is_file():
+            write_sentence_transformers_files(work, info.eval_pooler)
+        config = _read_json(work / "run.json") or {}
+        metrics = _read_json(run_dir / "metrics.json") or {}
+        evaluated = experiment_dir if test_scores else None
+        card = render_model_card(
+            config,
+            metrics,
+            senteval=result_of_run(evaluated / "senteval.json", run_id) if evaluated else None,
+            mteb=result_of_run(evaluated / "mteb.json", run_id) if evaluated else None,
+        )
+        (work / MODEL_CARD).write_text(card, encoding="utf-8")
+        files = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
+    return files
 
 
 def push_to_hub(folder: Path, repo_id: str, *, private: bool, message: str) -> str:

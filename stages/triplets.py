@@ -24,7 +24,7 @@ from stages.core.atomic import write_json
 from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
 from stages.core.params import TripletsParams, load_params
-from stages.modeling.backbone import load_tokenizer
+from stages.modeling.backbone import ModelLoadError, load_tokenizer
 from stages.triplet_file import write_triplets
 from stages.triplet_masking import (
     MaskingTokenizer,
@@ -141,11 +141,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     verify_workspace_data(Path(args.corpus))
     lines, corpus_sha256 = read_corpus(args.corpus)
     try:
-        loaded = load_tokenizer(backbone)
-    except (OSError, ValueError) as err:
-        raise StageError(
-            f"backbone {args.backbone!r} ({backbone.model}): cannot load its tokenizer: {err}"
-        ) from None
+        loaded = load_tokenizer(backbone, args.backbone)
+    except ModelLoadError as err:  # names the backbone's key and model
+        raise StageError(str(err)) from None
     try:
         tokenizer = MaskingTokenizer.from_pretrained(loaded)
         triplets, counts = generate_triplets(lines, tokenizer, settings)

@@ -31,10 +31,47 @@ def test_a_full_disk_anywhere_is_one_message_and_leaves_nothing_looking_finished
     assert list(dest.parent.iterdir()) == []  # neither the output nor a temporary
 
 
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.EPERM])
+def test_a_location_that_cannot_be_written_is_one_message(
+    code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dest = tmp_path / "experiments" / "a" / "senteval.json"
+
+    def denied(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(code, os.strerror(code), str(self))
+
+    monkeypatch.setattr(Path, "write_text", denied)
+    monkeypatch.setattr("sys.argv", ["stage"])
+    with pytest.raises(SystemExit) as stop:
+        cli.run(lambda argv: write_json(dest, {"sts_avg": 80.0}))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {os.strerror(code)} at {dest}. ")
+    assert "check that location's permissions" in err and "Traceback" not in err
+    assert list(dest.parent.iterdir()) == []
+
+
 def test_other_os_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    def denied(argv: object) -> None:
-        raise PermissionError(errno.EACCES, "Permission denied", "/root/x")
+    def broken(argv: object) -> None:
+        raise OSError(errno.EIO, "Input/output error", "/data/x")
 
     monkeypatch.setattr("sys.argv", ["stage"])
-    with pytest.raises(PermissionError):
-        cli.run(denied)
+    with pytest.raises(OSError, match="Input/output error"):
+        cli.run(broken)
+
+
+def test_an_interrupt_says_what_is_kept(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A training run's .partial folder is kept for resuming, not discarded."""
+
+    def interrupted(argv: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sys.argv", ["stage"])
+    with pytest.raises(SystemExit) as stop:
+        cli.run(interrupted)
+    assert stop.value.code == 130
+    err = capsys.readouterr().err
+    assert "discarded" not in err
+    assert "an unfinished training run stays in runs/<run_id>.partial, and a rerun resumes" in err

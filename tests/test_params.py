@@ -194,6 +194,49 @@ BAD_PARAMS = [
         ["methods.simcse.sweep", "should match pattern"],
     ),
     (
+        "heads do not divide the hidden size",
+        set_key("backbones.bert-base.random_init", {"hidden_size": 32, "num_attention_heads": 3}),
+        [
+            "backbones.bert-base.random_init: hidden_size (32) must be a multiple of "
+            "num_attention_heads (3)"
+        ],
+    ),
+    (
+        "a batch of one sentence",
+        set_key("train.batch_size", 1),
+        ["train.batch_size: must be at least 2 (got 1): each sentence's in-batch negatives"],
+    ),
+    (
+        "a method's batch of one sentence",
+        set_key("methods.simcse.train", {"batch_size": 1}),
+        ["methods.simcse.train.batch_size: must be at least 2 (got 1)"],
+    ),
+    (
+        "a boolean batch size",
+        set_key("train.batch_size", True),
+        ["train.batch_size: Input should be a valid integer (got True)"],
+    ),
+    (
+        "a boolean step count",
+        set_key("train.max_steps", True),
+        ["train.max_steps: Input should be a valid integer (got True)"],
+    ),
+    (
+        "a boolean seed",
+        set_key("experiments.0.seeds", [True]),
+        ["experiments.0.seeds.0: Input should be a valid integer (got True)"],
+    ),
+    (
+        "a misspelled report baseline",
+        set_key("report.baseline_method", "simcsee"),
+        ["report.baseline_method: unknown name 'simcsee'; defined: arccse, simace, simcse"],
+    ),
+    (
+        "a store URL of an unsupported scheme",
+        set_key("store.url", "ftp://x"),
+        ["store.url: unsupported scheme 'ftp://'; use a path or one of file://, s3://"],
+    ),
+    (
         "readings not a list of strings",
         set_key("methods.simcse.readings", [{"tau": "0.05"}]),
         ["methods.simcse.readings.0", "valid string"],
@@ -260,6 +303,10 @@ def test_unreadable_files_name_the_file(tmp_path: Path) -> None:
     broken.write_text("train: [unclosed\n")
     with pytest.raises(ParamsError, match=r"broken.yaml: not valid YAML"):
         load_params(broken)
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("report: {baseline_method: simcsé}\n".encode("latin-1"))
+    with pytest.raises(ParamsError, match=r"latin1.yaml: not UTF-8 text \(byte 0xe9 at offset"):
+        load_params(latin1)
     listing = tmp_path / "list.yaml"
     listing.write_text("- a\n- b\n")
     with pytest.raises(ParamsError, match="expected a mapping of sections"):

@@ -341,3 +341,11 @@ def test_a_fetch_removes_what_a_killed_fetch_of_this_host_left(tmp_path: Path) -
     left.mkdir(parents=True)
     store.fetch(source.name, dest)
     assert sorted(p.name for p in dest.parent.iterdir()) == [source.name]
+
+
+def test_a_store_url_of_an_unsupported_scheme_is_refused_naming_the_supported_ones() -> None:
+    """$CSE_STORE_URL skips params' check: ftp:// would otherwise try to connect at once."""
+    with pytest.raises(
+        StoreError, match=r"^runs store ftp://x: unsupported scheme 'ftp://'; use a"
+    ):
+        SharedStore("ftp://x")

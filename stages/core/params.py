@@ -16,13 +16,12 @@ from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     NonNegativeFloat,
-    NonNegativeInt,
     PositiveFloat,
-    PositiveInt,
     PrivateAttr,
     StringConstraints,
     ValidationError,
@@ -39,6 +38,7 @@ from stages.core.evaluations import (
     SentEvalParams,
 )
 from stages.core.objective_settings import SETTINGS_BY_NAME, ObjectiveConfig
+from stages.core.shared_store import url_problem
 from stages.core.sweeps import GridError, expand_grids
 from stages.core.temperature_settings import TemperatureSchedule
 
@@ -50,8 +50,11 @@ Fraction = Annotated[float, Field(gt=0, lt=1)]
 MethodName = Annotated[
     str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*(\[[^\[\]\s/]+\])?$", max_length=128)
 ]
+# Strict: YAML's `true` would pass a lax int field as 1 (and `2.0` as 2).
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 # torch, numpy and Python's random all take a seed in [0, 2^32)
-Seed = Annotated[int, Field(ge=0, lt=2**32)]
+Seed = Annotated[int, Field(strict=True, ge=0, lt=2**32)]
 
 POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_mean")
 Pooler = Literal["cls", "cls_before_pooler", "mean", "first_last_mean"]
@@ -122,10 +125,19 @@ class SamParams(Section):
     adaptive: bool = False
 
 
+def _contrastive_batch(size: int) -> int:
+    if size < 2:
+        raise ValueError(
+            f"must be at least 2 (got {size}): each sentence's in-batch negatives are the "
+            "other sentences of its batch"
+        )
+    return size
+
+
 class TrainParams(Section):
     epochs: PositiveInt = 1
     max_steps: PositiveInt | None = Field(None, description="stop after this many updates")
-    batch_size: PositiveInt = 64
+    batch_size: Annotated[int, Field(strict=True), AfterValidator(_contrastive_batch)] = 64
     max_seq_length: PositiveInt = 32
     learning_rate: PositiveFloat = 3e-5
     lr_schedule: Literal["linear", "constant"] = "linear"
@@ -205,10 +217,17 @@ class IdentityParams(Section):
     )
 
 
+def _store_url(url: str | None) -> str | None:
+    problem = url_problem(url) if url else None
+    if problem:
+        raise ValueError(problem)
+    return url
+
+
 class StoreParams(Section):
     """Where trained runs are shared beyond this workspace (docs/scale-out.md)."""
 
-    url: str | None = Field(
+    url: Annotated[str | None, AfterValidator(_store_url)] = Field(
         None,
         description="null: runs stay in the workspace's runs/ ($CSE_RUNS_DIR); a path or an "
         "fsspec URL (s3://bucket/runs, gs://, az://, ssh://host/path): a train job fetches a "
@@ -272,6 +291,15 @@ class RandomInit(Section):
     num_hidden_layers: PositiveInt = 2
     num_attention_heads: PositiveInt = 2
     intermediate_size: PositiveInt = 128
+
+    @model_validator(mode="after")
+    def _heads_divide_the_hidden_size(self) -> Self:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads}): each head gets an equal share of it"
+            )
+        return self
 
 
 # ``model: package:<module>``: the model folder an installed package ships (its
@@ -404,6 +432,11 @@ class Params(Section):
                     f"baselines.{name}.backbone: '{baseline.backbone}' is randomly initialised "
                     "(random_init); a baseline evaluates pretrained weights"
                 )
+        if "baseline_method" in self.report.model_fields_set:
+            baseline = self.report.baseline_method
+            problems += _unknown(
+                "report.baseline_method", [baseline] if baseline else [], self.methods
+            )
         for name, method in self.methods.items():
             problems += _unknown(
                 f"methods.{name}.per_backbone", method.per_backbone, self.backbones
@@ -610,6 +643,11 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
         raw = yaml.safe_load(text)
     except FileNotFoundError:
         raise ParamsError(f"{path}: no such params file") from None
+    except UnicodeDecodeError as err:
+        raise ParamsError(
+            f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+            "save it as UTF-8"
+        ) from None
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML: {err}") from None
     if duplicates:

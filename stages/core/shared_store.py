@@ -39,8 +39,24 @@ LEASE_RENEW_S = 60.0
 LEASE_SETTLE_S = 1.0
 
 
+# The URL schemes of the stores the leases and uploads are meant for (fsspec's names; aliases
+# included). Others fsspec may know (ftp://, http://) cannot hold a lease or are not stores.
+STORE_SCHEMES = ("file", "s3", "gs", "gcs", "az", "abfs", "ssh", "sftp")
+
+
 class StoreError(StageError):
     """The store cannot be read or holds a damaged run."""
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with a store URL (a path, or ``<scheme>://...`` of ``STORE_SCHEMES``)."""
+    scheme, separator, _ = url.partition("://")
+    if not separator or scheme in STORE_SCHEMES:
+        return None
+    return (
+        f"unsupported scheme '{scheme}://'; use a path or one of "
+        f"{', '.join(f'{s}://' for s in STORE_SCHEMES)}"
+    )
 
 
 def run_files(folder: Path) -> list[str]:
@@ -68,6 +84,9 @@ class SharedStore:
         import fsspec  # light, but only needed when a store is configured
 
         self.url = url.rstrip("/")
+        problem = url_problem(self.url)
+        if problem:
+            raise StoreError(f"runs store {self.url}: {problem}")
         try:
             self.fs, root = fsspec.core.url_to_fs(self.url)
         except (ImportError, ValueError) as err:

@@ -17,6 +17,7 @@ reads.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,26 +42,41 @@ HEADER = ("sentence1", "sentence2", "score")
 def read_pairs(name: str, path: Path) -> StsTask:
     """The scored pairs of one TSV file; a StageError naming the file and line of a problem."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # utf-8-sig: a spreadsheet's UTF-8 export starts with a byte order mark
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise StageError(f"{path}: cannot read it: {err}") from None
     if not lines or tuple(lines[0].split("\t")) != HEADER:
         raise StageError(f"{path}: line 1 must be the header {'<TAB>'.join(HEADER)}")
-    sent1, sent2, scores = [], [], []
-    for number, line in enumerate(lines[1:], start=2):
-        fields = line.split("\t")
-        if len(fields) != len(HEADER):
-            raise StageError(f"{path}:{number}: {len(fields)} tab-separated columns, not 3")
-        try:
-            scores.append(float(fields[2]))
-        except ValueError:
-            raise StageError(f"{path}:{number}: score {fields[2]!r} is not a number") from None
-        sent1.append(fields[0])
-        sent2.append(fields[1])
-    if len(scores) < 2:
+    rows = [parse_pair(path, number, line) for number, line in enumerate(lines[1:], start=2)]
+    if len(rows) < 2:
         raise StageError(f"{path}: fewer than two pairs, so no correlation")
+    sent1, sent2, scores = (list(column) for column in zip(*rows, strict=True))
+    if len(set(scores)) == 1:
+        raise StageError(
+            f"{path}: every gold score is {scores[0]}: a correlation with constant scores is "
+            "undefined"
+        )
     pairs = StsPairs(name, sent1, sent2, np.array(scores, dtype=np.float64))
     return StsTask(name, (pairs,), (DataFile(str(path), sha256_of(path), len(lines)),))
+
+
+def parse_pair(path: Path, number: int, line: str) -> tuple[str, str, float]:
+    """Line ``number`` of ``path``: two non-empty sentences and a finite gold score."""
+    fields = line.split("\t")
+    if len(fields) != len(HEADER):
+        raise StageError(f"{path}:{number}: {len(fields)} tab-separated columns, not 3")
+    first, second, value = fields
+    try:
+        score = float(value)
+    except ValueError:
+        raise StageError(f"{path}:{number}: score {value!r} is not a number") from None
+    if not math.isfinite(score):
+        raise StageError(f"{path}:{number}: score {value!r} is not a finite number")
+    for column, sentence in zip(HEADER, (first, second), strict=False):
+        if not sentence.strip():
+            raise StageError(f"{path}:{number}: {column} is empty")
+    return first, second, score
 
 
 def score_files(encoder: SentenceEncoder, files: dict[str, str]) -> dict[str, Any]:

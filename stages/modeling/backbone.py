@@ -11,9 +11,12 @@ adapter (``stages.modeling.backbone_adapters``); a ``model_type`` without one is
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -23,10 +26,16 @@ from transformers import (
 )
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.core.params import BackboneParams, RandomInit
+from stages.core.params import PACKAGE_PREFIX, BackboneParams, RandomInit
 from stages.modeling.backbone_adapters import BackboneAdapter, adapter_for
 
-PACKAGE_PREFIX = "package:"
+# What from_pretrained raises for a model it cannot load: a missing file or hub repo (OSError), a
+# config it does not recognise (ValueError), a damaged or truncated weights file (SafetensorError).
+LOAD_ERRORS = (OSError, ValueError, SafetensorError)
+
+
+class ModelLoadError(ValueError):
+    """A model or its tokenizer cannot be loaded; the message names the model and what is wrong."""
 
 
 def resolve_model_location(model: str) -> str:
@@ -37,13 +46,76 @@ def resolve_model_location(model: str) -> str:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"backbone model '{model}': cannot import '{module_name}'") from err
+        raise ModelLoadError(f"backbone model '{model}': cannot import '{module_name}'") from err
     return str(Path(module.get_model_path()))
 
 
-def load_tokenizer(spec: BackboneParams) -> PreTrainedTokenizerBase:
-    location = resolve_model_location(spec.model)
-    return AutoTokenizer.from_pretrained(location, revision=spec.revision)
+def backbone_label(spec: BackboneParams, key: str | None) -> str:
+    """How errors name a backbone: its params key path when known, and its model."""
+    return f"backbones.{key}.model ({spec.model})" if key else spec.model
+
+
+def looks_like_path(location: str) -> bool:
+    """Not a hub id ('name' or 'owner/name'): from_pretrained would call a missing folder an
+    invalid repo id instead of saying that it does not exist."""
+    return location.startswith(("/", ".", "~")) or location.count("/") > 1
+
+
+def model_location(model: str, label: str) -> str:
+    """``model``'s location for ``from_pretrained``; a missing folder, or one that is not a
+    Hugging Face model folder (no config.json), is refused naming it."""
+    location = resolve_model_location(model)
+    folder = Path(location)
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise ModelLoadError(f"{label}: not a model folder (no config.json in {folder})")
+        return location
+    if looks_like_path(location):
+        raise ModelLoadError(
+            f"{label}: no such folder {folder} (a model is a folder holding config.json, a hub "
+            "id 'name' or 'owner/name', or package:<module>)"
+        )
+    return location
+
+
+@contextmanager
+def loading(label: str, what: str, location: str) -> Iterator[None]:
+    """from_pretrained's failures as one ModelLoadError naming the model and what failed."""
+    try:
+        yield
+    except LOAD_ERRORS as err:
+        where = "" if location in label else f" from {location}"
+        raise ModelLoadError(f"{label}: cannot load its {what}{where}: {err}") from None
+
+
+def require_vocabulary(tokenizer: PreTrainedTokenizerBase, label: str, location: str) -> None:
+    """Refuse a tokenizer that knows nothing but its special tokens: from a folder without its
+    tokenizer files AutoTokenizer builds the family's tokenizer with an empty vocabulary, and
+    every word becomes the unknown token."""
+    special = set(tokenizer.all_special_tokens)
+    if any(token not in special for token in tokenizer.get_vocab()):
+        return
+    files = sorted({*tokenizer.vocab_files_names.values(), "tokenizer_config.json"})
+    raise ModelLoadError(
+        f"{label}: its tokenizer has no vocabulary ({len(tokenizer)} special tokens only, every "
+        f"word would be {tokenizer.unk_token}): {location} lacks the tokenizer files "
+        f"({', '.join(files)})"
+    )
+
+
+def pretrained_tokenizer(location: str, revision: str, label: str) -> PreTrainedTokenizerBase:
+    """The tokenizer saved at ``location``; a ModelLoadError naming ``label`` if it is missing,
+    damaged or has no vocabulary."""
+    with loading(label, "tokenizer", location):
+        tokenizer = AutoTokenizer.from_pretrained(location, revision=revision)
+    require_vocabulary(tokenizer, label, location)
+    return tokenizer
+
+
+def load_tokenizer(spec: BackboneParams, key: str | None = None) -> PreTrainedTokenizerBase:
+    """The backbone's tokenizer (``key``: its name in params' backbones, for errors)."""
+    label = backbone_label(spec, key)
+    return pretrained_tokenizer(model_location(spec.model, label), spec.revision, label)
 
 
 def load_backbone(
@@ -52,16 +124,23 @@ def load_backbone(
     seed: int = 0,
     dropout: float | None = None,
     attn_implementation: str | None = None,
+    key: str | None = None,
 ) -> PreTrainedModel:
     """The encoder with its pooler layer (families that have one); randomly initialised
-    (seeded) if ``random_init``.
+    (seeded) if ``random_init``. Its weights are float32 whatever dtype the checkpoint was saved
+    in (transformers would keep a bf16 checkpoint's bf16): they are the optimizer's master
+    weights, and lower precision is autocast's business.
 
     ``dropout`` sets every dropout of the family (its adapter's ``dropout_keys``); None keeps
     the backbone's, which must not be all zero (ModernBERT's is): the contrastive views would
-    then be identical. ``attn_implementation`` None: the family's preferred one.
+    then be identical. ``attn_implementation`` None: the family's preferred one. ``key``: the
+    backbone's name in params' backbones, for errors (a model that cannot be loaded raises
+    ModelLoadError).
     """
-    location = resolve_model_location(spec.model)
-    config = AutoConfig.from_pretrained(location, revision=spec.revision)
+    label = backbone_label(spec, key)
+    location = model_location(spec.model, label)
+    with loading(label, "config", location):
+        config = AutoConfig.from_pretrained(location, revision=spec.revision)
     adapter = adapter_for(config.model_type)
     if spec.random_init is not None:
         config = resized_config(config, adapter, spec.random_init)
@@ -74,10 +153,15 @@ def load_backbone(
     if spec.random_init is not None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return AutoModel.from_config(config, **adapter.model_kwargs())
-    return AutoModel.from_pretrained(
-        location, revision=spec.revision, config=config, **adapter.model_kwargs()
-    )
+            return AutoModel.from_config(config, dtype=torch.float32, **adapter.model_kwargs())
+    with loading(label, "weights", location):
+        return AutoModel.from_pretrained(
+            location,
+            revision=spec.revision,
+            config=config,
+            dtype=torch.float32,
+            **adapter.model_kwargs(),
+        )
 
 
 def resized_config(

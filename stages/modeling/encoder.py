@@ -25,12 +25,12 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core import layout
 from stages.core.params import POOLERS
-from stages.modeling.backbone import resolve_model_location
+from stages.modeling.backbone import loading, model_location, pretrained_tokenizer
 from stages.modeling.backbone_adapters import find_adapter
 from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info
 from stages.modeling.pooler_head import pooler_head, restore_pooler_head
@@ -166,7 +166,7 @@ class SentenceEncoder:
     ) -> None:
         self.model_name = model
         self.unpad = unpad
-        self.location = resolve_model_location(model)
+        self.location = model_location(model, model)
         self.info = read_encoder_info(self.location) if Path(self.location).is_dir() else None
         if pooler is None and self.info is None:
             raise EncoderError(
@@ -182,17 +182,15 @@ class SentenceEncoder:
         self.batch_size = batch_size
         self.precision = precision
         self.device = pick_device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.location, revision=revision)
+        self.tokenizer = pretrained_tokenizer(self.location, revision, model)
         self.model = self._load_model()
 
     def _load_model(self) -> PreTrainedModel:
-        try:
-            model, loading = AutoModel.from_pretrained(
-                self.location, revision=self.revision, output_loading_info=True
+        with loading(self.model_name, "weights", self.location):
+            model, report = AutoModel.from_pretrained(  # float32: precision is autocast's
+                self.location, revision=self.revision, output_loading_info=True, dtype=torch.float32
             )
-        except OSError as err:
-            raise EncoderError(f"{self.model_name}: cannot load the model: {err}") from None
-        missing = loading.get("missing_keys", [])
+        missing = report.get("missing_keys", [])
         encoder_missing = [k for k in missing if not k.startswith("pooler.")]
         if encoder_missing:
             raise EncoderError(

@@ -31,7 +31,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 from tqdm.auto import tqdm
 
-from stages.modeling.backbone import resolve_model_location
+from stages.modeling.backbone import model_location
 from stages.modeling.encoder import SentenceEncoder
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def declared_max_length(model: str, revision: str = "main") -> int | None:
     from transformers.utils import cached_file
 
     path = cached_file(
-        resolve_model_location(model),
+        model_location(model, model),
         "sentence_bert_config.json",
         revision=revision,
         _raise_exceptions_for_missing_entries=False,

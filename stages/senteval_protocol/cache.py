@@ -2,18 +2,20 @@
 different mode, a protocol change) costs no encoding.
 
 ``<root>/<fingerprint>/<task>.npz`` holds the task's distinct texts' embeddings (sorted text
-order) and the sha256 of those texts; a file whose texts differ (changed data) is ignored and
-rewritten. Files are written atomically.
+order) and the sha256 of those texts; a file whose texts differ (changed data), or that cannot
+be read (truncated, damaged), is ignored and rewritten. Files are written atomically.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from stages.core.atomic import atomic_path
+from stages.core.errors import UNREADABLE_NPZ
 
 
 def texts_digest(texts: list[str]) -> str:
@@ -36,10 +38,18 @@ class EmbeddingCache:
         path = self.path(task)
         if not path.is_file():
             return None
-        with np.load(path) as stored:
-            if str(stored["texts_sha256"]) != texts_digest(texts):
-                return None
-            return stored["embeddings"]
+        try:
+            with np.load(path) as stored:
+                if str(stored["texts_sha256"]) != texts_digest(texts):
+                    return None
+                return stored["embeddings"]
+        except UNREADABLE_NPZ as err:
+            warnings.warn(
+                f"{path}: unreadable cache entry ({type(err).__name__}: {err}); encoding the "
+                "task again and rewriting it",
+                stacklevel=2,
+            )
+            return None
 
     def store(self, task: str, texts: list[str], embeddings: np.ndarray) -> None:
         with atomic_path(self.path(task)) as tmp, tmp.open("wb") as f:

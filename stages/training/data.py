@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -29,6 +30,7 @@ from tqdm.auto import tqdm
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core.atomic import atomic_path
+from stages.core.errors import UNREADABLE_NPZ
 from stages.triplet_file import read_triplets
 from stages.triplet_masking import split_lines
 
@@ -115,6 +117,22 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def read_cached_rows(cached: Path) -> TokenRows | None:
+    """The rows stored in ``cached``, or None, with a warning naming it, if it cannot be read
+    (truncated, damaged): it is a cache, so the corpus is tokenised again and the file
+    rewritten."""
+    try:
+        with np.load(cached) as stored:
+            return TokenRows(stored["ids"], stored["offsets"])
+    except UNREADABLE_NPZ as err:
+        warnings.warn(
+            f"{cached}: unreadable cache entry ({type(err).__name__}: {err}); tokenising the "
+            "corpus again and rewriting it",
+            stacklevel=2,
+        )
+        return None
+
+
 def load_tokenized_corpus(
     path: Path,
     tokenizer: PreTrainedTokenizerBase,
@@ -132,10 +150,8 @@ def load_tokenized_corpus(
         ).encode()
     ).hexdigest()[:24]
     cached = cache_dir / f"{key}.npz"
-    if cached.is_file():
-        with np.load(cached) as stored:
-            rows = TokenRows(stored["ids"], stored["offsets"])
-    else:
+    rows = read_cached_rows(cached) if cached.is_file() else None
+    if rows is None:
         rows = tokenize(read_corpus(path), tokenizer, max_length)
         with atomic_path(cached) as tmp, tmp.open("wb") as f:
             np.savez(f, ids=rows.ids, offsets=rows.offsets)

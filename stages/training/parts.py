@@ -7,7 +7,8 @@ with the run's seed), so a run and its resumption build the same parts."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -19,7 +20,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core.environment import software
 from stages.core.errors import StageError
-from stages.modeling.backbone import load_backbone, load_tokenizer
+from stages.modeling.backbone import ModelLoadError, load_backbone, load_tokenizer
 from stages.modeling.dropout import use_fast_dropout
 from stages.training import distributed as dist_util
 from stages.training.data import (
@@ -43,6 +44,8 @@ from stages.training.optim import SharpnessAware, build_optimizer, build_schedul
 from stages.training.records import StepRecorder
 from stages.training.runtime import Runtime, device_name
 
+T = TypeVar("T")
+
 
 class TrainingParts:
     """A run's parts, built from its job (``forward`` is the model as the step calls it: wrapped
@@ -59,7 +62,9 @@ class TrainingParts:
                 f"train.batch_size ({train.batch_size}) must be a multiple of the number of "
                 f"processes ({ctx.world_size}): it is the global batch, split evenly across ranks"
             )
-        self.tokenizer = load_tokenizer(job.backbone)
+        self.tokenizer = backbone_part(
+            lambda: load_tokenizer(job.backbone, job.backbone_name), job.backbone_name
+        )
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.corpus = load_corpus(job, self.tokenizer, ctx)
         try:
@@ -164,11 +169,27 @@ def load_corpus(job: TrainJob, tokenizer: PreTrainedTokenizerBase, ctx: Distribu
     return corpus
 
 
+def backbone_part(load: Callable[[], T], key: str) -> T:
+    """``load()``; backbone ``key``'s errors (a model that cannot be loaded, a family or a
+    dropout the pipeline does not support) as a StageError naming it."""
+    try:
+        return load()
+    except ModelLoadError as err:  # its message names the key already
+        raise StageError(str(err)) from None
+    except ValueError as err:
+        raise StageError(f"backbones.{key}: {err}") from None
+
+
 def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
     """The backbone, seeded, with SimCSE's fresh MLP head (``cls``) or its head frozen."""
     train = job.train
     torch.manual_seed(job.seed)
-    encoder = load_backbone(job.backbone, seed=job.seed, dropout=train.dropout)
+    encoder = backbone_part(
+        lambda: load_backbone(
+            job.backbone, seed=job.seed, dropout=train.dropout, key=job.backbone_name
+        ),
+        job.backbone_name,
+    )
     use_fast_dropout(encoder)
     if train.pooler == "cls":
         reset_mlp_head(encoder, job.seed)

@@ -75,10 +75,7 @@ def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
         try:
             train(make_job(run, params, partial), evaluate, ctx)
         except StageError as err:
-            raise StageError(
-                f"{err}\nThe unfinished run is in {partial}: a rerun resumes it from its last "
-                f"checkpoint; to start over instead, delete {partial}"
-            ) from err
+            raise StageError(f"{err}{unfinished_run_note(partial)}") from err
     if ctx.is_main:
         remove_checkpoints(partial)
         write_origin(partial, {"origin": "trained", "host": socket.gethostname()})
@@ -86,3 +83,14 @@ def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
             shutil.rmtree(final)
         os.replace(partial, final)
     return final
+
+
+def unfinished_run_note(partial: Path) -> str:
+    """Where a stopped run's outputs are, if it left any (a run refused before its first
+    output, e.g. for a backbone that cannot be loaded, leaves none)."""
+    if not partial.is_dir():
+        return ""
+    return (
+        f"\nThe unfinished run is in {partial}: a rerun resumes it from its last checkpoint; "
+        f"to start over instead, delete {partial}"
+    )

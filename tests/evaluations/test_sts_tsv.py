@@ -76,14 +76,28 @@ def test_scores_are_senteval_sts_arithmetic(tmp_path: Path, shared_data: Path) -
         ("sentence1\tsentence2\tscore\na\tb\t1\nc\td\n", r":3: 2 tab-separated columns"),
         ("sentence1\tsentence2\tscore\na\tb\t1\nc\td\thigh\n", r":3: score 'high'"),
         ("sentence1\tsentence2\tscore\na\tb\t1\n", "fewer than two pairs"),
+        ("sentence1\tsentence2\tscore\na\tb\t1\nc\td\tnan\n", r":3: score 'nan' is not a finite"),
+        ("sentence1\tsentence2\tscore\na\tb\tinf\nc\td\t1\n", r":2: score 'inf' is not a finite"),
+        ("sentence1\tsentence2\tscore\na\tb\t1\n \td\t2\n", r":3: sentence1 is empty"),
+        ("sentence1\tsentence2\tscore\na\tb\t1\nc\t\t2\n", r":3: sentence2 is empty"),
+        (
+            "sentence1\tsentence2\tscore\na\tb\t3\nc\td\t3.0\n",
+            r"bad.tsv: every gold score is 3.0: a correlation with constant scores is undefined",
+        ),
     ],
-    ids=["header", "columns", "score", "one pair"],
+    ids=["header", "columns", "score", "one pair", "nan", "inf", "empty 1", "empty 2", "constant"],
 )
 def test_a_bad_file_is_named_with_its_line(tmp_path: Path, text: str, problem: str) -> None:
     tsv = tmp_path / "bad.tsv"
     tsv.write_text(text)
     with pytest.raises(StageError, match=problem):
         read_pairs("bad", tsv)
+
+
+def test_a_byte_order_mark_before_the_header_is_accepted(tmp_path: Path) -> None:
+    tsv = tmp_path / "excel.tsv"
+    tsv.write_text("\ufeffsentence1\tsentence2\tscore\na\tb\t1\nc\td\t2\n", encoding="utf-8")
+    assert read_pairs("excel", tsv).parts[0].sent1 == ["a", "c"]
 
 
 def test_task_names_of_other_evaluations_are_refused() -> None:

@@ -53,7 +53,8 @@ def trained(tmp_path, monkeypatch) -> tuple[str, Path]:
     results = layout.experiment_dir(run.name)
     results.mkdir(parents=True)
     summary = {"sts": {"STS12": 60.1}, "sts_avg": 66.66, "transfer_avg": 80.08}
-    (results / "senteval.json").write_text(json.dumps({"summary": summary}))
+    result = {"summary": summary, "encoder": {"run_id": run.run_id}}
+    (results / "senteval.json").write_text(json.dumps(result))
     return run.name, tmp_path / "params.yaml"
 
 
@@ -68,6 +69,31 @@ def test_export_writes_a_model_folder_with_test_scores(trained, tmp_path, capsys
     assert "best 70.00 at step 5" in card
     with pytest.raises(StageError, match="not empty"):
         main([name, "out", "--params", str(REPO / "params.yaml")])
+
+
+def test_a_result_of_another_run_is_left_out_of_the_card(trained, tmp_path, capsys):
+    """The experiment's SentEval result scored an earlier run (params changed since)."""
+    name, _ = trained
+    result = layout.experiment_dir(name) / "senteval.json"
+    result.write_text(json.dumps({"summary": {"sts_avg": 66.66}, "encoder": {"run_id": "0ld"}}))
+    main([name, "out", "--params", str(REPO / "params.yaml")])
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "Test: none here" in card and "66.66" not in card
+    assert f"{result} scored run 0ld, not run " in capsys.readouterr().out
+
+
+def test_an_export_cut_short_leaves_no_model_folder(trained, tmp_path, monkeypatch):
+    """Killed after the copy, before the card: neither DIR nor its temporary looks finished."""
+    name, _ = trained
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("stages.export.render_model_card", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main([name, "out", "--params", str(REPO / "params.yaml")])
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
 
 
 def test_final_checkpoint_carries_no_test_scores(trained, tmp_path):

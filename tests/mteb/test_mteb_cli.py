@@ -92,7 +92,7 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
     tiny: Path, project: Path, monkeypatch
 ) -> None:
     with pytest.raises(StageError, match="--experiment needs a params file"):
-        main(["--experiment", "simcse-bert-base-42"])
+        main(["--experiment", "simcse.bert-base.s42"])
     shutil.copy(PARAMS, project / "params.yaml")
     calls = []
 
@@ -102,8 +102,15 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
 
     monkeypatch.setattr("stages.evaluation_target.encoder_for", encoder_for)
     main(
-        ["--experiment", "simcse-bert-base-42", "--tasks", "STSBenchmark", "--sts-raw-dir", OWN_STS]
+        [
+            "--experiment",
+            "simcse.bert-base.s42",
+            "--tasks",
+            "STSBenchmark",
+            "--sts-raw-dir",
+            OWN_STS,
+        ]
     )
-    assert calls == [("simcse-bert-base-42", "sts", 128)]
-    results = json.loads((project / "experiments/simcse-bert-base-42/mteb.json").read_text())
-    assert results["encoder"]["mteb_name"] == "cse-repro/simcse-bert-base-42"
+    assert calls == [("simcse.bert-base.s42", "sts", 128)]
+    results = json.loads((project / "experiments/simcse.bert-base.s42/mteb.json").read_text())
+    assert results["encoder"]["mteb_name"] == "cse-repro/simcse.bert-base.s42"

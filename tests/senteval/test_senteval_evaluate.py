@@ -88,6 +88,20 @@ def test_cache_makes_a_rerun_encode_nothing(senteval_root: Path, tmp_path: Path)
     assert third_encoder.calls
 
 
+def test_an_unreadable_cache_entry_is_encoded_again_and_rewritten(
+    senteval_root: Path, tmp_path: Path
+) -> None:
+    cache = EmbeddingCache(tmp_path / "cache", "fp1")
+    first = evaluate(BagOfWords(), ["STS16"], senteval_root, "fasttest", cache=cache, device="cpu")
+    stored = cache.path("STS16").read_bytes()
+    cache.path("STS16").write_bytes(stored[: len(stored) // 2])  # a write cut short elsewhere
+    encoder = BagOfWords()
+    with pytest.warns(UserWarning, match="STS16.npz: unreadable cache entry"):
+        again = evaluate(encoder, ["STS16"], senteval_root, "fasttest", cache=cache, device="cpu")
+    assert encoder.calls and again["tasks"] == first["tasks"]
+    assert cache.path("STS16").read_bytes() == stored
+
+
 @pytest.mark.parametrize(
     ("broken", "message"),
     [

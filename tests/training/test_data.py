@@ -63,6 +63,21 @@ def test_tokenised_corpus_is_cached_per_file_tokenizer_and_length(
         load_tokenized_corpus(corpus, tokenizer, 16, tmp_path)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "empty", "not a zip"])
+def test_an_unreadable_cache_entry_is_a_miss_rewritten_with_a_warning(
+    damage: str, corpus: Path, tokenizer, tmp_path: Path
+) -> None:
+    first = load_tokenized_corpus(corpus, tokenizer, 32, tmp_path)
+    (cached,) = tmp_path.glob("*.npz")
+    stored = cached.read_bytes()
+    damaged = {"truncated": stored[: len(stored) // 2], "empty": b"", "not a zip": b"x" * 99}
+    cached.write_bytes(damaged[damage])
+    with pytest.warns(UserWarning, match=rf"{cached}: unreadable cache entry"):
+        again = load_tokenized_corpus(corpus, tokenizer, 32, tmp_path)
+    assert np.array_equal(again.ids, first.ids) and np.array_equal(again.offsets, first.offsets)
+    assert cached.read_bytes() == stored  # rewritten
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(1, 60),
