@@ -169,6 +169,16 @@ BAD_PARAMS = [
         ["methods.simcse.train.triplet_dropout: objective 'infonce' has no triplet branch"],
     ),
     (
+        "in-batch triplets on an objective without triplets",
+        set_key("methods.simcse.train", {"triplet_batching": "batch"}),
+        ["methods.simcse.train.triplet_batching: objective 'infonce' has no triplet branch"],
+    ),
+    (
+        "a triplet batch size where the batch's sentences decide",
+        set_key("methods.arccse.train", {"triplet_batching": "batch", "triplet_batch_size": 32}),
+        ["methods.arccse", "train.triplet_batch_size: with triplet_batching: batch"],
+    ),
+    (
         "unknown SentEval task",
         set_key("senteval.tasks", ["STS12", "STS17"]),
         ["senteval.tasks.1", "'STS17'", "'STS12'"],

@@ -175,8 +175,14 @@ class TrainParams(Section):
     gather_negatives: bool = Field(
         True, description="with several GPUs, use every rank's batch as negatives"
     )
+    triplet_batching: Literal["pool", "batch"] = Field(
+        "pool",
+        description="ArcCSE's triplets per step (the paper leaves it open, spec A.9.5): pool: "
+        "triplet_batch_size triplets drawn from every sentence's, a seeded stream; batch: those of "
+        "the step's own sentences (the ones with triplets.min_words words), 0 to batch_size",
+    )
     triplet_batch_size: PositiveInt | None = Field(
-        None, description="masked triplets per step (triplet objectives); null: batch_size"
+        None, description="masked triplets per step with triplet_batching: pool; null: batch_size"
     )
     optimizer: Literal["adamw_hf42", "adamw_torch"] = Field(
         "adamw_hf42",
@@ -382,9 +388,19 @@ class ResolvedMethod(Section):
                 f"temperature.schedule '{self.temperature.schedule}': objective "
                 f"'{self.objective.name}' has no temperature to schedule in this configuration"
             )
-        if self.train.triplet_dropout and not self.objective.needs_triplets:
+        triplet_settings = {
+            "triplet_dropout": self.train.triplet_dropout,
+            "triplet_batching": self.train.triplet_batching != "pool",
+        }
+        for key, changed in triplet_settings.items():
+            if changed and not self.objective.needs_triplets:
+                raise ValueError(
+                    f"train.{key}: objective '{self.objective.name}' has no triplet branch"
+                )
+        if self.train.triplet_batching == "batch" and self.train.triplet_batch_size is not None:
             raise ValueError(
-                f"train.triplet_dropout: objective '{self.objective.name}' has no triplet branch"
+                "train.triplet_batch_size: with triplet_batching: batch a step's triplets are "
+                "those of its own sentences; remove it, or use triplet_batching: pool"
             )
         unused = self.objective.unused_settings()
         if unused:

@@ -60,8 +60,9 @@ class ArcCSE(ArcCSESettings, Objective):
     """L_arc + lambda * L_tri (eq. 5). ``margin_deg: 0`` is the 'w/o ArcCon loss' ablation
     (NT-Xent + lambda * L_tri); the 'w/o Triplet loss' ablation is the ``arccon`` objective.
 
-    ``triplets`` = (h, h', h'') for the step's sentences with at least 25 words (dropout off);
-    None or empty tensors when the step has none, which contributes 0.
+    ``triplets`` = (h, h', h'') of the step's triplets (dropout off; ``train.triplet_batching``
+    decides which); None or empty tensors when the step has none, which contributes 0 (and 0
+    to the triplet statistics, so every step records the same ones).
     """
 
     def compute(
@@ -77,6 +78,7 @@ class ArcCSE(ArcCSESettings, Objective):
         loss = cross_entropy_per_anchor(arccon_logits(cos, tau, math.radians(self.margin_deg)))
         loss = loss.mean()
         stats = view_stats(h, h_pos)
+        stats["triplet_loss"] = stats["triplet_active_fraction"] = loss.new_zeros(())
         if triplets is not None and triplets[0].size(0) > 0:
             hinge = triplet_per_example(*triplets, margin=self.triplet_margin)
             loss = loss + self.triplet_weight * hinge.mean()

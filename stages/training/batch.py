@@ -33,12 +33,15 @@ def make_batch(
 ) -> Batch:
     """This rank's share of 0-based global ``step``, padded and on its way to the device; with
     ``unpad`` also where its real tokens are (computed here, on the host)."""
-    ids, mask = pad_rows(corpus.rows(plan.shard(step, rank)), pad_id)
+    sentences = plan.shard(step, rank)
+    ids, mask = pad_rows(corpus.rows(sentences), pad_id)
     batch = Batch(runtime.to_device(ids), runtime.to_device(mask))
     if unpad:
         batch.packing = Packing.from_mask(mask, runtime.to_device, runtime.packed_rows_multiple)
     if pool is not None:
-        anchor, short, long = pool.shard(step, rank)
+        anchor, short, long = pool.shard(step, rank, sentences)
+        if not anchor:  # in-batch triplets: none of the step's sentences has one
+            return batch
         t_ids, t_mask = pad_rows(anchor + short + long, pad_id)
         batch.triplet_ids, batch.triplet_mask = runtime.to_device(t_ids), runtime.to_device(t_mask)
         if unpad:

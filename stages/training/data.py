@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -248,13 +249,15 @@ def _permutation(n: int, seed: int, epoch: int) -> np.ndarray:
 
 def read_triplet_token_ids(
     path: Path, max_sentences: int | None = None
-) -> tuple[TokenRows, TokenRows, TokenRows]:
-    """Token ids (no special tokens) of s, s' and s'' from the triplets stage's file, for the
-    corpus lines the run trains on (the first ``max_sentences``, or all)."""
+) -> tuple[np.ndarray, TokenRows, TokenRows, TokenRows]:
+    """The corpus line of each triplet and the token ids (no special tokens) of s, s' and s''
+    from the triplets stage's file, for the corpus lines the run trains on (the first
+    ``max_sentences``, or all)."""
     frame = read_triplets(path)
     if max_sentences is not None:
         frame = frame.filter(pl.col("line") < max_sentences)
-    return tuple(_token_rows(frame[name]) for name in TRIPLET_ID_COLUMNS)  # type: ignore[return-value]
+    anchor, short, long = (_token_rows(frame[name]) for name in TRIPLET_ID_COLUMNS)
+    return frame["line"].to_numpy(), anchor, short, long
 
 
 def _token_rows(column: pl.Series) -> TokenRows:
@@ -278,12 +281,17 @@ def special_token_frame(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], 
 
 @dataclass(frozen=True)
 class TripletPool:
-    """Triplet batches drawn alongside the pairwise batches.
+    """Triplet batches drawn alongside the pairwise batches, one of two ways (``batching``;
+    ArcCSE leaves it open, spec-arccse-alignunif A.9.5):
 
-    Step k takes the next ``batch_size`` triplets of an endless stream that visits the pool in
-    a fresh seeded permutation per pass (cycle c: ``default_rng([seed, 1, c])``), so like the
-    corpus its position is a pure function of the step. Special tokens are added here and
-    sequences are truncated to ``max_length`` (the triplet branch pads to the batch's longest).
+    - ``pool``: step k takes the next ``batch_size`` triplets of an endless stream that visits
+      the pool in a fresh seeded permutation per pass (cycle c: ``default_rng([seed, 1, c])``),
+      so like the corpus its position is a pure function of the step;
+    - ``batch``: step k takes the triplets of its own sentences (``lines``: each triplet's corpus
+      line; a sentence below ``triplets.min_words`` words has none), 0 to the batch's size.
+
+    Special tokens are added here and sequences are truncated to ``max_length`` (the triplet
+    branch pads to the batch's longest).
     """
 
     anchor: TokenRows
@@ -295,12 +303,30 @@ class TripletPool:
     seed: int
     max_length: int = 512
     world_size: int = 1
+    lines: np.ndarray | None = None
+    batching: Literal["pool", "batch"] = "pool"
 
     def __post_init__(self) -> None:
         if not len(self.anchor) == len(self.short) == len(self.long):
             raise ValueError("triplet columns have different lengths")
         if len(self.anchor) == 0:
             raise ValueError("the triplet pool is empty")
+        if self.batching == "batch" and (self.lines is None or len(self.lines) != len(self.anchor)):
+            raise ValueError("batching 'batch' needs the corpus line of every triplet")
+
+    @cached_property
+    def _row_of_line(self) -> np.ndarray:
+        assert self.lines is not None
+        table = np.full(int(self.lines.max()) + 1, -1, dtype=np.int64)
+        table[self.lines] = np.arange(len(self.lines))
+        return table
+
+    def rows_of_lines(self, lines: np.ndarray) -> np.ndarray:
+        """The pool rows of the triplets of corpus ``lines``, in their order (lines without a
+        triplet left out)."""
+        table = self._row_of_line
+        rows = table[lines[lines < len(table)]]
+        return rows[rows >= 0]
 
     def indices(self, step: int) -> np.ndarray:
         n = len(self.anchor)
@@ -313,10 +339,17 @@ class TripletPool:
             out[pick] = _permutation_cycle(n, self.seed, int(cycle))[within[pick]]
         return out
 
-    def shard(self, step: int, rank: int) -> list[list[np.ndarray]]:
-        """Rank ``rank``'s share of step ``step``: [s rows, s' rows, s'' rows], framed."""
-        batch = self.indices(step)
-        mine = batch[shard_bounds(len(batch), self.world_size, rank)]
+    def shard(
+        self, step: int, rank: int, sentences: np.ndarray | None = None
+    ) -> list[list[np.ndarray]]:
+        """Rank ``rank``'s triplets of step ``step``: [s rows, s' rows, s'' rows], framed; its
+        share of the step's stream, or (``batch``) those of its ``sentences`` (corpus rows)."""
+        if self.batching == "batch":
+            assert sentences is not None
+            mine = self.rows_of_lines(sentences)
+        else:
+            batch = self.indices(step)
+            mine = batch[shard_bounds(len(batch), self.world_size, rank)]
         body = self.max_length - len(self.prefix) - len(self.suffix)
         prefix = np.asarray(self.prefix, dtype=np.int32)
         suffix = np.asarray(self.suffix, dtype=np.int32)

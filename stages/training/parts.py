@@ -209,7 +209,13 @@ def load_triplets(
             f"objective '{job.objective.name}' needs masked triplets, but the triplet "
             f"file {path} is missing (run the triplets stage)"
         )
-    anchor, short, long = read_triplet_token_ids(path, job.max_sentences)
+    if job.train.triplet_batching == "batch" and ctx.world_size > 1:
+        raise StageError(
+            "train.triplet_batching: batch runs on one process (the ranks' shares would hold "
+            "different numbers of triplets, which the gathered triplet loss cannot weigh); "
+            "use pool on several GPUs"
+        )
+    lines, anchor, short, long = read_triplet_token_ids(path, job.max_sentences)
     if len(anchor) == 0:
         raise StageError(
             f"{path} holds no triplet for the corpus lines this run trains on "
@@ -226,4 +232,6 @@ def load_triplets(
         seed=job.seed,
         max_length=max_model_length(encoder, tokenizer),
         world_size=ctx.world_size,
+        lines=lines,
+        batching=job.train.triplet_batching,
     )

@@ -151,13 +151,14 @@ def test_triplet_file_reading_and_pool_cycling(tmp_path: Path, corpus: Path, tok
     sentences = read_corpus(corpus)
     path = write_triplets(tmp_path / "t.parquet", tokenizer, sentences)
     lines = pl.read_parquet(path, columns=["line"])["line"].to_list()
-    anchor, short, long = read_triplet_token_ids(path)
+    read_lines, anchor, short, long = read_triplet_token_ids(path)
+    assert read_lines.tolist() == lines
     assert len(anchor) == len(short) == len(long) == len(lines) > 20
     expected = tokenizer(sentences[lines[3]], add_special_tokens=False)["input_ids"]
     assert anchor.rows([3])[0].tolist() == expected
     mask = tokenizer.mask_token_id
     assert mask in short.rows([3])[0] and mask in long.rows([3])[0]
-    head = read_triplet_token_ids(path, max_sentences=100)[0]
+    head = read_triplet_token_ids(path, max_sentences=100)[1]
     assert len(head) == sum(line < 100 for line in lines)
 
     n = 10
@@ -174,3 +175,29 @@ def test_triplet_file_reading_and_pool_cycling(tmp_path: Path, corpus: Path, tok
     two = TripletPool(anchor.head(n), short.head(n), long.head(n), (101,), (102,), 4, 0, 8, 2)
     halves = [two.shard(3, rank)[0] for rank in (0, 1)]
     assert [r.tolist() for r in halves[0] + halves[1]] == [r.tolist() for r in pool.shard(3, 0)[0]]
+
+
+def test_in_batch_triplets_are_those_of_the_steps_own_sentences(
+    tmp_path: Path, corpus: Path, tokenizer
+) -> None:
+    """triplet_batching: batch: a step's triplets are those of its sentences that have one (the
+    lines with triplets.min_words words), in the batch's order, framed as the pool's."""
+    sentences = read_corpus(corpus)
+    lines, anchor, short, long = read_triplet_token_ids(
+        write_triplets(tmp_path / "t.parquet", tokenizer, sentences)
+    )
+    pool = TripletPool(
+        anchor, short, long, (101,), (102,), 4, 0, 512, lines=lines, batching="batch"
+    )
+    with_triplet = set(lines.tolist())
+    batch = np.array([lines[5], 0, lines[2], len(sentences) + 7, lines[9]])
+    s, s1, s2 = pool.shard(0, 0, batch)
+    wanted = [line for line in batch.tolist() if line in with_triplet]
+    assert 0 not in with_triplet and len(wanted) == 3
+    assert [r[1:-1].tolist() for r in s] == [
+        tokenizer(sentences[line], add_special_tokens=False)["input_ids"] for line in wanted
+    ]
+    assert len(s1) == len(s2) == 3 and s[0][0] == 101 and s[0][-1] == 102
+    assert pool.shard(1, 0, np.array([0])) == [[], [], []]
+    with pytest.raises(ValueError, match="needs the corpus line"):
+        TripletPool(anchor, short, long, (101,), (102,), 4, 0, batching="batch")

@@ -361,3 +361,39 @@ def test_accumulated_run_resumes_to_the_same_result(
     assert_same_weights(whole / "final", out / "final")
     config = json.loads((whole / "config.json").read_text())["execution"]
     assert config["batches_per_update"] == 2
+
+
+def test_in_batch_triplets_follow_the_steps_sentences_through_accumulation(
+    corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path, tokenizer
+) -> None:
+    """triplet_batching: batch: each micro-batch's triplet branch encodes exactly the triplets
+    of its own sentences (none for a micro-batch without a long sentence), and every step
+    records the same statistics, so micro-batches average and the log stays rectangular."""
+    from stages.training.batch import make_batch
+    from stages.training.data import BatchPlan, TokenRows, TripletPool, read_triplet_token_ids
+    from stages.training.runtime import resolve_runtime
+
+    sentences = read_corpus(corpus)
+    path = write_triplets(tmp_path / "t.parquet", tokenizer, sentences, min_words=30)
+    lines, anchor, short, long = read_triplet_token_ids(path)
+    pool = TripletPool(anchor, short, long, (101,), (102,), 4, 0, lines=lines, batching="batch")
+    rows = TokenRows.from_lists([[101, 7, 102]] * len(sentences))
+    plan = BatchPlan(len(sentences), 4, seed=3)
+    runtime = resolve_runtime("cpu", "fp32")
+    counts = []
+    for step in range(12):
+        batch = make_batch(rows, plan, pool, step, 0, 0, runtime)
+        expected = len(pool.rows_of_lines(plan.shard(step, 0)))
+        got = 0 if batch.triplet_ids is None else batch.triplet_ids.shape[0] // 3
+        assert got == expected
+        counts.append(got)
+    assert 0 in counts and max(counts) > 0  # steps with and without triplets
+
+    out = tmp_path / "run"
+    job = make_job(
+        corpus, out, token_cache, objective=ArcCSE(name="arccse"), triplets=path,
+        triplet_batching="batch", batch_size=4, gradient_accumulation_steps=2, max_steps=6,
+    )  # fmt: skip
+    train(job, dev_evaluator)
+    records = [r for r in read_log(out / "log.jsonl") if r["event"] == "train"]
+    assert len(records) == 6 and all("triplet_loss" in r for r in records)
