@@ -117,28 +117,31 @@ def run_state(run: Run) -> str:
 
 
 def recorded_output(
-    stage: str, experiment: str, params: Params, runs: dict[str, Run]
-) -> tuple[dict[str, Any] | None, str]:
-    """``experiments/<experiment>/<stage>.json`` and its state: 'yes' when it is the output the
-    params plan now (training: the planned run id; an evaluation: the planned evaluation id),
-    'stale (...)' when it is another's (settings, data or code changed since, or it was
-    computed with command-line overrides), '-' when there is none."""
-    path = layout.experiment_dir(experiment) / f"{stage}.json"
+    stage: str, experiment: str, params: Params, runs: dict[str, Run], root: Path = Path(".")
+) -> tuple[dict[str, Any] | None, str | None]:
+    """``experiments/<experiment>/<stage>.json`` under ``root``, and what keeps it from being
+    the output the params plan now: None when it is (a run's outputs: the planned run id; an
+    evaluation: the planned evaluation id), else 'missing', 'unreadable: ...' or 'stale: ...'
+    (settings, data or code changed since, or it was computed with command-line overrides)."""
+    path = root / layout.experiment_dir(experiment) / f"{stage}.json"
     if not path.is_file():
-        return None, "-"
+        return None, "missing"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        return None, f"unreadable ({error})"
+        return None, f"unreadable: {error}"
     if not isinstance(data, dict):
-        return None, "unreadable (not a JSON object)"
-    if stage == "train":
-        recorded, planned = data.get("run_id"), runs[experiment].run_id
-        return data, "yes" if recorded == planned else f"stale (run {recorded})"
-    recorded, planned = data.get("evaluation_id"), evaluation_id(stage, experiment, params, runs)
-    if recorded == planned:
-        return data, "yes"
-    return data, f"stale (evaluation {recorded or 'not as planned'})"
+        return None, "unreadable: not a JSON object"
+    run = runs.get(experiment)
+    recorded = data.get("run_id") if stage == "train" else data.get("encoder", {}).get("run_id")
+    if run is not None and recorded != run.run_id:
+        return data, f"stale: run {recorded}, planned {run.run_id}"
+    if stage != "train":
+        planned = evaluation_id(stage, experiment, params, runs)
+        if data.get("evaluation_id") != planned:
+            shown = data.get("evaluation_id") or "not as planned"
+            return data, f"stale: evaluation {shown}, planned {planned}"
+    return data, None
 
 
 def status_rows(params: Params) -> list[dict[str, str]]:
@@ -146,7 +149,7 @@ def status_rows(params: Params) -> list[dict[str, str]]:
     runs = plan_runs(params)
     for name, run in runs.items():
         done = {
-            stage: recorded_output(stage, name, params, runs)[1]
+            stage: _status_cell(recorded_output(stage, name, params, runs)[1])
             for stage in ("train", *params.planned_evaluations())
         }
         state = run_state(run)
@@ -158,6 +161,10 @@ def status_rows(params: Params) -> list[dict[str, str]]:
              "environment": environment}
         )  # fmt: skip
     return rows
+
+
+def _status_cell(problem: str | None) -> str:
+    return "yes" if problem is None else "-" if problem == "missing" else problem
 
 
 def adopt_legacy_run(params: Params, name: str) -> str:

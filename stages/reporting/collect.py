@@ -7,7 +7,6 @@ row per experiment x task x metric, with the run's identity (run id, method, bac
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,8 @@ import polars as pl
 from stages.core import layout
 from stages.core.evaluations import STSB_DEV_TASK
 from stages.core.params import Params
-from stages.core.run_store import origin_label
-from stages.core.runs import evaluation_id, plan_baselines, plan_runs
+from stages.core.run_store import origin_label, recorded_output
+from stages.core.runs import plan_baselines, plan_runs
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
 from stages.senteval_protocol.sts import ALIGNMENT_THRESHOLD
@@ -94,19 +93,6 @@ def plan(params: Params) -> list[Planned]:
             Planned(name, "baseline", name, baseline.backbone, None, None, settings, name)
         )
     return planned
-
-
-def read_json(path: Path) -> tuple[dict[str, Any] | None, str]:
-    """The parsed file and 'done', or None and why not ('missing', 'unreadable: ...')."""
-    if not path.is_file():
-        return None, "missing"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return None, f"unreadable: {error}"
-    if not isinstance(data, dict):
-        return None, "unreadable: not a JSON object"
-    return data, "done"
 
 
 def environment_label(execution: dict[str, Any]) -> str:
@@ -214,28 +200,13 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
             if not is_planned(params, entry, source):
                 state[source] = "n/a"
                 continue
-            data, state[source] = read_json(
-                root / layout.experiment_dir(entry.experiment) / f"{source}.json"
-            )
-            if data is None:
-                continue
-            if source == "train":
+            data, problem = recorded_output(source, entry.experiment, params, runs, root)
+            state[source] = problem or "done"
+            if data is not None and source == "train":
                 state["environment"] = environment_label(data.get("environment", {}))
                 state["origin"] = origin_label(data.get("origin", {}))
-            recorded = (
-                data.get("run_id") if source == "train" else data.get("encoder", {}).get("run_id")
-            )
-            if entry.kind == "run" and recorded != entry.run_id:
-                state[source] = f"stale: run {recorded}, planned {entry.run_id}"
+            if problem is not None:
                 continue
-            if source != "train":
-                planned = evaluation_id(source, entry.experiment, params, runs)
-                if data.get("evaluation_id") != planned:
-                    state[source] = (
-                        f"stale: evaluation {data.get('evaluation_id') or 'not as planned'}, "
-                        f"planned {planned} (its settings, data or code changed)"
-                    )
-                    continue
             for task, metric, value in READERS.get(source, score_rows)(data):
                 rows.append(
                     {
