@@ -210,12 +210,15 @@ class Sweep:
     parameter: str  # settings key, e.g. objective.tau
     backbone: str
     points: dict[float, list[str]]  # swept value -> methods
+    method_keys: frozenset[str]  # the published rows the methods stand for
 
 
 def detect_sweeps(planned: Iterable[Planned], fragment: str) -> list[Sweep]:
     """Groups of methods whose resolved settings differ only in one objective setting whose
     name contains ``fragment`` (tau, margin), with at least two values, per backbone."""
-    methods = {(p.method, p.backbone): p.settings for p in planned if p.kind == "run"}
+    runs = [p for p in planned if p.kind == "run"]
+    methods = {(p.method, p.backbone): p.settings for p in runs}
+    key_of = {p.method: p.method_key for p in runs}
     groups: dict[tuple, dict[float, list[str]]] = {}
     for (method, backbone), settings in methods.items():
         for key, value in settings.items():
@@ -227,7 +230,7 @@ def detect_sweeps(planned: Iterable[Planned], fragment: str) -> list[Sweep]:
             rest = tuple(sorted((k, repr(v)) for k, v in settings.items() if k != key))
             groups.setdefault((key, backbone, rest), {}).setdefault(float(value), []).append(method)
     return [
-        Sweep(key, backbone, points)
+        Sweep(key, backbone, points, frozenset(key_of[m] for ms in points.values() for m in ms))
         for (key, backbone, _), points in groups.items()
         if len(points) >= 2
     ]
@@ -256,7 +259,8 @@ def sweep_plot(
         else:
             ax.plot([], [], marker="o", label=f"{label}: no finished run")
         swept = sweep.parameter.rsplit(".", 1)[-1]
-        rows = published.filter(
+        rows = published.filter(  # the same method's published sweep, no other's
+            pl.col("method_key").is_in(sweep.method_keys),
             pl.col("backbone") == sweep.backbone,
             pl.col("task") == "STS_avg",
             pl.col("metric") == "spearman",

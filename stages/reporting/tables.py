@@ -4,7 +4,12 @@ Means and standard deviations are over seeds with ddof = 1 (the sample standard 
 "mean and standard deviation across 5 runs" is usually computed); one seed has no std.
 A published cell joins our runs on (method key = params method name, backbone, task, metric);
 a published row with a sweep value (``tau=0.07``) joins only runs whose resolved settings have
-that value. Published ``std`` rows compare with our std, every other aggregation with our mean.
+that value. Published ``std`` rows compare with our std over seeds, ``std_over_steps`` rows with
+nothing (the report keeps per-step means only), every other aggregation with our mean; a
+published average only with ours over the same tasks (every task the paper averages, scored);
+ArcCSE's best STS-B dev Spearman, printed on a 0-1 scale, with our best checkpoint's, x100.
+Cells whose published number is flagged as no target (suspect, impossible, derived, an average
+that does not match its row) are marked †.
 Each row names the ``implementation`` (paper equations or the authors' released code) of the run
 it compares, for the objectives that have both: a published number is what one of them produced.
 """
@@ -17,11 +22,25 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from stages.core.evaluations import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS
+from stages.core.mteb_task_sets import SIMACE56, TASK_SETS
 from stages.reporting.collect import Planned
 
 STD_DDOF = 1
 KEY = ("method", "backbone", "task", "metric")
 MISSING = "–"
+# The tasks a published average runs over (the MTEB ones: SimACE's 56 datasets).
+AVERAGED_TASKS: dict[str, tuple[str, ...]] = {
+    "STS_avg": SENTEVAL_STS_TASKS,
+    "TR_avg": SENTEVAL_TRANSFER_TASKS,
+    "MTEB_avg": TASK_SETS["simace56"],
+    **{f"MTEB_{category}": tasks for category, tasks in SIMACE56.items()},
+}
+# Published (task, metric) that ours records under another metric name.
+OUR_METRIC = {("STSBenchmark_dev", "spearman"): "best_spearman"}  # the best checkpoint's
+# published.csv flags that make a number no target (docs/published.md).
+NOT_A_TARGET = ("suspect-", "impossible-value", "derived", "row-average-mismatch")
+FLAGGED = "†"
 
 
 def seed_summary(results: pl.DataFrame) -> pl.DataFrame:
@@ -113,7 +132,7 @@ def paper_tables(
         for (label, key, backbone, metric, aggregation, sweep), cells in groups:
             planned_run = _matching_run(runs, key, backbone, sweep)
             matched = planned_run is not None
-            by_task = dict(zip(cells["task"], cells["value"], strict=True))
+            by_task = {r["task"]: r for r in cells.iter_rows(named=True)}
             row = [
                 str(label),
                 str(key),
@@ -122,7 +141,8 @@ def paper_tables(
                 _implementation(planned_run),
             ]
             for task in tasks:
-                paper_value = by_task.get(task)
+                published_cell = by_task.get(task)
+                paper_value = published_value(published_cell) if published_cell else None
                 mine = None
                 if matched and metric == "p_value":
                     other = _normalised(str(label).partition(" vs ")[2])
@@ -135,17 +155,22 @@ def paper_tables(
                         ),
                         None,
                     )
-                elif matched:
-                    stats = ours.get((planned_run.method, backbone, task, metric))
-                    if stats is not None:
-                        mine = stats["std"] if aggregation == "std" else stats["mean"]
-                row.append(_cell(mine, paper_value, 3 if metric == "p_value" else 2))
+                elif matched and covers(ours, planned_run.method, backbone, task, metric):
+                    ours_metric = OUR_METRIC.get((task, metric), metric)
+                    stats = ours.get((planned_run.method, backbone, task, ours_metric))
+                    statistic = our_statistic(aggregation)
+                    if stats is not None and statistic is not None:
+                        mine = stats[statistic]
+                cell = _cell(mine, paper_value, 3 if metric == "p_value" else 2)
+                row.append(cell + FLAGGED if published_cell and no_target(published_cell) else cell)
             body.append(row)
         tables.append(
             Table(
                 title=f"{paper} {table}",
                 note="cell: ours / published (ours - published); ours = mean over seeds "
-                f"(std rows: std, ddof={STD_DDOF}); {MISSING}: no finished run or no number; "
+                f"(std rows: std, ddof={STD_DDOF}); {MISSING}: no finished run, no number, or "
+                "an average of other tasks than the paper's; "
+                f"{FLAGGED}: the published number is flagged, no target (published.csv flags); "
                 "implementation: the objective's (paper equations or released code) in our run",
                 header=[
                     "method (as printed)",
@@ -159,6 +184,29 @@ def paper_tables(
             )
         )
     return tables
+
+
+def published_value(cell: dict) -> float:
+    """The published number on our scale: Spearman printed on a 0-1 scale, x100."""
+    value = float(cell["value"])
+    return value * 100 if cell["unit"] == "raw" and cell["metric"] == "spearman" else value
+
+
+def our_statistic(aggregation: str) -> str | None:
+    """Which of our seed statistics a published aggregation compares with (None: none)."""
+    if aggregation == "std_over_steps":
+        return None
+    return "std" if aggregation == "std" else "mean"
+
+
+def covers(ours: dict, method: str, backbone: str, task: str, metric: str) -> bool:
+    """Whether our number for ``task`` is comparable: a non-average, or an average over every
+    task the published one averages (ours averages whatever ran)."""
+    return all((method, backbone, part, metric) in ours for part in AVERAGED_TASKS.get(task, ()))
+
+
+def no_target(cell: dict) -> bool:
+    return any(flag.startswith(NOT_A_TARGET) for flag in cell.get("flags") or ())
 
 
 def _matching_run(

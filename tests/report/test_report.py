@@ -17,7 +17,7 @@ from stages.core import layout
 from stages.core.params import Params, load_params
 from stages.core.runs import evaluation_id, plan_runs
 from stages.report import build_report
-from stages.reporting.collect import Planned, collect
+from stages.reporting.collect import RESULT_SCHEMA, Planned, collect
 from stages.reporting.figures import detect_sweeps
 from stages.reporting.significance import significance
 from stages.reporting.tables import paper_tables, seed_summary
@@ -245,6 +245,13 @@ def test_significance_equals_scipys_paired_t_test(params: Params, project: Path)
     assert row["n_pairs"] == 2
     assert row["p_value"] == pytest.approx(expected.pvalue)
     assert row["statistic"] == pytest.approx(expected.statistic)
+    # p_fdr: Benjamini-Hochberg over every test of simace on bert-base
+    family = significance(pl.concat([results, extra]), "simcse").filter(
+        pl.col("p_value").is_not_null(), method="simace", backbone="bert-base"
+    )
+    assert family.height > 5
+    adjusted = stats.false_discovery_control(family["p_value"].to_numpy())
+    np.testing.assert_allclose(family["p_fdr"].to_numpy(), adjusted)
 
 
 def test_published_join_and_difference(built: dict, project: Path) -> None:
@@ -308,6 +315,28 @@ def test_temperature_sweep_detected_from_settings_not_names(params: Params) -> N
     assert detect_sweeps(planned, "margin") == []  # simace has a margin, but no twin
 
 
+def test_a_sweep_is_drawn_against_its_own_methods_published_sweep(params: Params) -> None:
+    """The SimCSE temperature sweep against SimCSE's published points, not another method's
+    sweep of a parameter with the same name (SimACE's tau, ArcCon's margin)."""
+    from stages.reporting.figures import sweep_plot
+
+    planned = collect(params, Path("/nonexistent")).planned
+    sweeps = detect_sweeps(planned, "tau")
+    assert sweeps[0].method_keys == {"simcse"}
+    published = pl.DataFrame(
+        {
+            "paper": ["cooldown", "simace"], "table": ["Table 1", "Appendix I"],
+            "method": ["SimCSE", "SimACE"], "method_key": ["simcse", "simace"],
+            "backbone": ["bert-base"] * 2, "task": ["STS_avg"] * 2, "metric": ["spearman"] * 2,
+            "value": [76.0, 78.0], "sweep": ["tau=0.1", "tau=0.1"],
+        }
+    )  # fmt: skip
+    plot = sweep_plot("temperature_sweep", sweeps, pl.DataFrame(schema=RESULT_SCHEMA), published)
+    labels = plot.figure.axes[0].get_legend_handles_labels()[1]
+    assert any("cooldown Table 1: SimCSE" in label for label in labels)
+    assert not any("SimACE" in label for label in labels)
+
+
 def test_report_with_nothing_finished(params: Params, tmp_path: Path) -> None:
     metrics = build_report(params, tmp_path)
     assert metrics["finished/senteval"] == 0
@@ -345,11 +374,13 @@ def test_paper_tables_print_the_implementation_next_to_each_published_value() ->
             "method": ["MPT", "SimCSE"],
             "method_key": ["mpt", "simcse"],
             "backbone": ["bert-base"] * 2,
-            "task": ["STS_avg"] * 2,
+            "task": ["STS12"] * 2,
             "metric": ["spearman"] * 2,
             "aggregation": ["mean"] * 2,
             "sweep": [None, None],
             "value": [77.0, 76.0],
+            "unit": ["x100"] * 2,
+            "flags": [[], []],
         }
     )
     planned = [
@@ -358,7 +389,7 @@ def test_paper_tables_print_the_implementation_next_to_each_published_value() ->
         Planned("simcse.bert-base.s1", "run", "simcse", "bert-base", 1, "r2", {}, "simcse"),
     ]  # fmt: skip
     summary = pl.DataFrame(
-        {"method": ["mpt"], "backbone": ["bert-base"], "task": ["STS_avg"],
+        {"method": ["mpt"], "backbone": ["bert-base"], "task": ["STS12"],
          "metric": ["spearman"], "mean": [77.5], "std": [None]},
         schema_overrides={"std": pl.Float64},
     )  # fmt: skip
@@ -368,3 +399,51 @@ def test_paper_tables_print_the_implementation_next_to_each_published_value() ->
     assert table.header[4] == "implementation"
     assert table.rows[0][4:] == ["code", "77.50 / 77.00 (+0.50)"]
     assert table.rows[1][4:] == ["n/a", "– / 76.00"]
+
+
+def test_paper_cells_compare_like_with_like() -> None:
+    """A published average only against ours over the same tasks; a std over training steps
+    against nothing; ArcCSE's 0-1 dev Spearman against our best checkpoint's, x100; a flagged
+    published number marked as no target."""
+    rows = [
+        ("STS_avg", "spearman", "mean", 77.0, "x100", []),
+        ("STS12", "spearman", "mean", 70.0, "x100", ["suspect-value"]),
+        ("train_batch", "negative_angle_deg", "std_over_steps", 4.67, "degrees", []),
+        ("STSBenchmark_dev", "spearman", "as_printed", 0.847, "raw", []),
+    ]
+    published = pl.DataFrame(
+        {
+            "paper": ["p"] * 4, "table": ["T"] * 4, "method": ["M1", "M2", "M3", "M4"],
+            "method_key": ["m"] * 4, "backbone": ["b"] * 4, "sweep": [None] * 4,
+            "task": [r[0] for r in rows], "metric": [r[1] for r in rows],
+            "aggregation": [r[2] for r in rows], "value": [r[3] for r in rows],
+            "unit": [r[4] for r in rows], "flags": [r[5] for r in rows],
+        }
+    )  # fmt: skip
+    planned = [Planned("m.b.s1", "run", "m", "b", 1, "r1", {}, "m")]
+    ours = [("STS_avg", "spearman", 78.0), ("STS12", "spearman", 71.0),
+            ("train_batch", "negative_angle_deg", 90.0),
+            ("STSBenchmark_dev", "best_spearman", 85.0)]  # fmt: skip
+    summary = pl.DataFrame(
+        {"method": ["m"] * 4, "backbone": ["b"] * 4, "task": [o[0] for o in ours],
+         "metric": [o[1] for o in ours], "mean": [o[2] for o in ours], "std": [None] * 4},
+        schema_overrides={"std": pl.Float64},
+    )  # fmt: skip
+    no_tests = pl.DataFrame(
+        schema={"method": str, "baseline": str, "backbone": str, "task": str, "p_value": float}
+    )
+    table = paper_tables(summary, published, planned, no_tests)[0]
+    tasks = table.header[5:]
+    cells = {r[0]: row[5 + tasks.index(r[0])] for r, row in zip(rows, table.rows, strict=True)}
+    assert cells["STS_avg"] == "– / 77.00"  # ours averages STS12 alone, the paper 7 tasks
+    assert cells["STS12"] == "71.00 / 70.00 (+1.00)†"
+    assert cells["train_batch"] == "– / 4.67"
+    assert cells["STSBenchmark_dev"] == "85.00 / 84.70 (+0.30)"
+    others = pl.DataFrame(
+        {"method": ["m"] * 6, "backbone": ["b"] * 6, "task": STS[1:], "metric": ["spearman"] * 6,
+         "mean": [70.0] * 6, "std": [None] * 6},
+        schema_overrides={"std": pl.Float64},
+    )  # fmt: skip
+    complete = pl.concat([summary, others])
+    table = paper_tables(complete, published.head(1), planned, no_tests)[0]
+    assert table.rows[0][5] == "78.00 / 77.00 (+1.00)"
