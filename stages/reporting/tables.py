@@ -130,40 +130,28 @@ def paper_tables(
         )
         body = []
         for (label, key, backbone, metric, aggregation, sweep), cells in groups:
-            planned_run = _matching_run(runs, key, backbone, sweep)
-            matched = planned_run is not None
             by_task = {r["task"]: r for r in cells.iter_rows(named=True)}
-            row = [
-                str(label),
-                str(key),
-                str(backbone),
-                f"{metric} ({aggregation})",
-                _implementation(planned_run),
-            ]
-            for task in tasks:
-                published_cell = by_task.get(task)
-                paper_value = published_value(published_cell) if published_cell else None
-                mine = None
-                if matched and metric == "p_value":
-                    other = _normalised(str(label).partition(" vs ")[2])
-                    mine = next(
-                        (
-                            p
-                            for (m, b, bb, t), p in p_values.items()
-                            if (m, bb, t) == (planned_run.method, backbone, task)
-                            and _normalised(b) == other
-                        ),
-                        None,
-                    )
-                elif matched and covers(ours, planned_run.method, backbone, task, metric):
-                    ours_metric = OUR_METRIC.get((task, metric), metric)
-                    stats = ours.get((planned_run.method, backbone, task, ours_metric))
-                    statistic = our_statistic(aggregation)
-                    if stats is not None and statistic is not None:
-                        mine = stats[statistic]
-                cell = _cell(mine, paper_value, 3 if metric == "p_value" else 2)
-                row.append(cell + FLAGGED if published_cell and no_target(published_cell) else cell)
-            body.append(row)
+            # Several methods filed under one key are readings of one published row (or, for
+            # a 'best of' row, its candidates): one line each, named.
+            matching = _matching_runs(runs, key, backbone, sweep) or [None]
+            for planned_run in matching:
+                shown = f"{label} [{planned_run.method}]" if len(matching) > 1 else str(label)
+                row = [
+                    shown,
+                    str(key),
+                    str(backbone),
+                    f"{metric} ({aggregation})",
+                    _implementation(planned_run),
+                ]
+                for task in tasks:
+                    published_cell = by_task.get(task)
+                    paper_value = published_value(published_cell) if published_cell else None
+                    mine = _ours(ours, p_values, planned_run, str(label), backbone, task, metric,
+                                 aggregation)  # fmt: skip
+                    cell = _cell(mine, paper_value, 3 if metric == "p_value" else 2)
+                    flagged = published_cell is not None and no_target(published_cell)
+                    row.append(cell + FLAGGED if flagged else cell)
+                body.append(row)
         tables.append(
             Table(
                 title=f"{paper} {table}",
@@ -209,18 +197,50 @@ def no_target(cell: dict) -> bool:
     return any(flag.startswith(NOT_A_TARGET) for flag in cell.get("flags") or ())
 
 
-def _matching_run(
+def _ours(
+    ours: dict,
+    p_values: dict,
+    run: Planned | None,
+    label: str,
+    backbone: str,
+    task: str,
+    metric: str,
+    aggregation: str,
+) -> float | None:
+    """Our number for a published cell: the p-value against the method named after 'vs' for
+    p-value rows, else the seed statistic the aggregation compares with (None: none)."""
+    if run is None:
+        return None
+    if metric == "p_value":
+        other = _normalised(label.partition(" vs ")[2])
+        return next(
+            (
+                p
+                for (m, b, bb, t), p in p_values.items()
+                if (m, bb, t) == (run.method, backbone, task) and _normalised(b) == other
+            ),
+            None,
+        )
+    statistic = our_statistic(aggregation)
+    if statistic is None or not covers(ours, run.method, backbone, task, metric):
+        return None
+    stats = ours.get((run.method, backbone, task, OUR_METRIC.get((task, metric), metric)))
+    return None if stats is None else stats[statistic]
+
+
+def _matching_runs(
     runs: list[Planned], method_key: str, backbone: str, sweep: str | None
-) -> Planned | None:
-    """The planned method a published row stands for: filed under ``method_key`` on
-    ``backbone``; for a sweep row, the one whose settings have the swept values (a sweep point
-    or the plain method at that value); otherwise the one that declares no sweep."""
+) -> list[Planned]:
+    """The planned methods a published row stands for: filed under ``method_key`` on
+    ``backbone``; for a sweep row, those whose settings have the swept values (a sweep point
+    or the plain method at that value); otherwise those that declare no sweep."""
+    matching: dict[str, Planned] = {}  # one per method: the plan lists each seed
     for run in runs:
-        if (run.method_key, run.backbone) != (method_key, backbone):
-            continue
-        if settings_match(sweep, run.settings) if sweep else run.sweep is None:
-            return run
-    return None
+        if (run.method_key, run.backbone) == (method_key, backbone) and (
+            settings_match(sweep, run.settings) if sweep else run.sweep is None
+        ):
+            matching.setdefault(run.method, run)
+    return list(matching.values())
 
 
 def _implementation(run: Planned | None) -> str:

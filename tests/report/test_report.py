@@ -447,3 +447,33 @@ def test_paper_cells_compare_like_with_like() -> None:
     complete = pl.concat([summary, others])
     table = paper_tables(complete, published.head(1), planned, no_tests)[0]
     assert table.rows[0][5] == "78.00 / 77.00 (+1.00)"
+
+
+def test_every_reading_of_a_published_row_gets_its_own_line() -> None:
+    """Methods filed under one key (ArcCSE's accumulation readings, Table 3's 'best of' margin
+    runs) each face the published row, named; seeds of one method are one line."""
+    published = pl.DataFrame(
+        {
+            "paper": ["arccse"], "table": ["Table 3"], "method": ["ArcCon mixed"],
+            "method_key": ["mixed"], "backbone": ["bert-base"], "task": ["STS12"],
+            "metric": ["spearman"], "aggregation": ["as_printed"], "sweep": [None],
+            "value": [70.0], "unit": ["x100"], "flags": [[]],
+        }
+    )  # fmt: skip
+    planned = [
+        Planned(f"{m}.bert-base.s{s}", "run", m, "bert-base", s, f"r{m}{s}", {}, "mixed")
+        for m in ("m02", "m12")
+        for s in (1, 2)
+    ]
+    summary = pl.DataFrame(
+        {"method": ["m02", "m12"], "backbone": ["bert-base"] * 2, "task": ["STS12"] * 2,
+         "metric": ["spearman"] * 2, "mean": [69.0, 71.0], "std": [0.1, 0.2]},
+    )  # fmt: skip
+    no_tests = pl.DataFrame(
+        schema={"method": str, "baseline": str, "backbone": str, "task": str, "p_value": float}
+    )
+    (table,) = paper_tables(summary, published, planned, no_tests)
+    assert [(row[0], row[5]) for row in table.rows] == [
+        ("ArcCon mixed [m02]", "69.00 / 70.00 (-1.00)"),
+        ("ArcCon mixed [m12]", "71.00 / 70.00 (+1.00)"),
+    ]
