@@ -29,6 +29,7 @@ from transformers import AutoModel, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core import layout
+from stages.core.code_identity import code_identity
 from stages.core.params import POOLERS
 from stages.modeling.backbone import loading, model_location, pretrained_tokenizer
 from stages.modeling.backbone_adapters import find_adapter
@@ -39,8 +40,6 @@ from stages.modeling.unpadded import Packing, packed_forward, unpadding_unsuppor
 
 Precision = Literal["fp32", "bf16", "fp16"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# Bump when the text -> vector computation changes in a way the other fingerprint parts miss.
-ENCODING_VERSION = 2
 
 
 class EncoderError(ValueError):
@@ -223,9 +222,11 @@ class SentenceEncoder:
 
     @cached_property
     def fingerprint(self) -> str:
-        """Changes whenever the embeddings could: weights, tokenizer, pooler, length, precision."""
+        """Changes whenever the embeddings could: weights, tokenizer, pooler, length, precision,
+        and the code that encodes (the import closure of this module: an edit of the pooling or
+        the packed forward must not be served embeddings the old code computed)."""
         parts: dict[str, Any] = {
-            "version": ENCODING_VERSION,
+            "code": code_identity([__name__]),
             "pooler": self.pooler,
             "max_length": self.max_length,
             "precision": self.precision,

@@ -25,12 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import mteb
 import numpy as np
 from mteb.models import ModelMeta
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 from tqdm.auto import tqdm
 
+from stages.core.code_identity import code_identity
+from stages.core.evaluations import EVALUATIONS
 from stages.modeling.backbone import model_location
 from stages.modeling.encoder import SentenceEncoder
 
@@ -40,8 +43,6 @@ if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
 NAME_PREFIX = "cse-repro/"
-# Bump when the wrapper changes what reaches mteb (it is part of every cache revision).
-WRAPPER_VERSION = 1
 
 
 def model_label(model: str) -> str:
@@ -70,7 +71,16 @@ def declared_max_length(model: str, revision: str = "main") -> int | None:
 
 
 def cache_revision(encoder: SentenceEncoder, normalize: bool) -> str:
-    parts = {"encoder": encoder.fingerprint, "normalize": normalize, "wrapper": WRAPPER_VERSION}
+    """The revision mteb files the encoder's results under in its cache: the encoder's
+    fingerprint (weights, settings, encoding code), normalisation, the MTEB evaluation's code
+    (this wrapper, the local data's parsing, the scoring) and mteb's version, so a result that
+    other code or another mteb computed is never served."""
+    parts = {
+        "encoder": encoder.fingerprint,
+        "normalize": normalize,
+        "code": code_identity([EVALUATIONS["mteb"].module]),
+        "mteb": mteb.__version__,
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -14,6 +14,7 @@ from mteb.models import ModelMeta
 from mteb.results import TaskResult
 from mteb_testing import save_tiny_bert, write_stsb
 
+from stages.core.evaluations import EVALUATIONS
 from stages.modeling.encoder import SentenceEncoder
 from stages.mteb_protocol import evaluate as evaluate_module
 from stages.mteb_protocol.evaluate import LocalData, NoTaskEvaluated, evaluate_mteb, probe_hub
@@ -177,3 +178,22 @@ def test_probe_hub_tells_reachable_from_unreachable() -> None:
         assert probe_hub(f"http://127.0.0.1:{server.server_port}", timeout=2) is None
     finally:
         server.shutdown()
+
+
+def test_a_result_of_other_evaluation_code_or_mteb_is_recomputed(
+    runs, local: LocalData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stage reruns when its code changes (its id covers the code); the cache must not
+    answer it with the scores the old code, or another mteb version, computed."""
+    from stages.mteb_protocol import model as wrapper
+
+    cache = tmp_path / "cache"
+    assert _evaluate(runs[0], local, cache)["tasks"][STSB]["from_cache"] is False
+    assert _evaluate(runs[0], local, cache)["tasks"][STSB]["from_cache"] is True
+    identity = wrapper.code_identity([EVALUATIONS["mteb"].module])
+    assert "stages/mteb_protocol/local_data.py" in identity
+    edited = {**identity, "stages/mteb_protocol/local_data.py": "edited"}
+    monkeypatch.setattr(wrapper, "code_identity", lambda modules: edited)
+    assert _evaluate(runs[0], local, cache)["tasks"][STSB]["from_cache"] is False
+    monkeypatch.setattr(wrapper.mteb, "__version__", "0.0.1")
+    assert _evaluate(runs[0], local, cache)["tasks"][STSB]["from_cache"] is False

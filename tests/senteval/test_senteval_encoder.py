@@ -96,6 +96,21 @@ def test_a_runs_checkpoints_and_copies_of_them_have_their_own_fingerprints(
     assert SentenceEncoder(str(folders["copy"]), device="cpu").fingerprint != prints["copy"]
 
 
+def test_fingerprint_follows_the_encoding_code(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edit of the encoding code (pooling, the packed forward) changes every fingerprint, so
+    no embedding cache serves what the old code computed."""
+    from stages.modeling import encoder as encoder_module
+
+    base = SentenceEncoder(str(tiny_bert), "mean", device="cpu").fingerprint
+    closure = encoder_module.code_identity(["stages.modeling.encoder"])
+    assert "stages/modeling/pooling.py" in closure and "stages/modeling/unpadded.py" in closure
+    edited = {**closure, "stages/modeling/pooling.py": "edited"}
+    monkeypatch.setattr(encoder_module, "code_identity", lambda modules: edited)
+    assert SentenceEncoder(str(tiny_bert), "mean", device="cpu").fingerprint != base
+
+
 def test_nan_weights_fail_naming_the_model_and_a_sentence(tiny_bert: Path, tmp_path: Path) -> None:
     model = AutoModel.from_pretrained(tiny_bert)
     with torch.no_grad():
