@@ -12,43 +12,38 @@ from stages import cli
 from stages.core.atomic import write_json
 
 
-def test_a_full_disk_anywhere_is_one_message_and_leaves_nothing_looking_finished(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("code", "where", "remedy"),
+    [
+        (errno.ENOSPC, "writing", "free some space"),
+        (errno.EDQUOT, "writing", "free some space"),
+        (errno.EROFS, "at", "check that location's permissions"),
+        (errno.EACCES, "at", "check that location's permissions"),
+        (errno.EPERM, "at", "check that location's permissions"),
+    ],
+)
+def test_a_full_disk_or_unwritable_place_is_one_message_and_leaves_nothing_looking_finished(
+    code: int,
+    where: str,
+    remedy: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     dest = tmp_path / "experiments" / "a" / "senteval.json"
 
-    def disk_full(self: Path, *args: object, **kwargs: object) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
-
-    monkeypatch.setattr(Path, "write_text", disk_full)
-    monkeypatch.setattr("sys.argv", ["stage"])
-    with pytest.raises(SystemExit) as stop:
-        cli.run(lambda argv: write_json(dest, {"sts_avg": 80.0}))
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: No space left on device writing {dest}. ")
-    assert "Traceback" not in err
-    assert list(dest.parent.iterdir()) == []  # neither the output nor a temporary
-
-
-@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.EPERM])
-def test_a_location_that_cannot_be_written_is_one_message(
-    code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    dest = tmp_path / "experiments" / "a" / "senteval.json"
-
-    def denied(self: Path, *args: object, **kwargs: object) -> None:
+    def fails(self: Path, *args: object, **kwargs: object) -> None:
         raise OSError(code, os.strerror(code), str(self))
 
-    monkeypatch.setattr(Path, "write_text", denied)
+    monkeypatch.setattr(Path, "write_text", fails)
     monkeypatch.setattr("sys.argv", ["stage"])
     with pytest.raises(SystemExit) as stop:
         cli.run(lambda argv: write_json(dest, {"sts_avg": 80.0}))
     assert stop.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {os.strerror(code)} at {dest}. ")
-    assert "check that location's permissions" in err and "Traceback" not in err
-    assert list(dest.parent.iterdir()) == []
+    assert err.startswith(f"error: {os.strerror(code)} {where} {dest}. ")
+    assert remedy in err and "Traceback" not in err
+    assert list(dest.parent.iterdir()) == []  # neither the output nor a temporary
 
 
 def test_other_os_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -129,3 +129,24 @@ def no_finished_outputs(root: Path) -> bool:
     while it trains, experiments/<name>/live/, are no finished output)."""
     names = {"train.json", "train_steps.csv", "dev_evals.csv", "senteval.json", "mteb.json"}
     return not any(p.name in names for p in (root / "experiments").rglob("*"))
+
+
+def stage_error(module: str, args: list[str], monkeypatch, capsys) -> str:
+    """The stage as `python -m <module> args` runs it, in this process: its one error line
+    (exit status 2, no traceback, nothing on stdout)."""
+    import importlib
+
+    import pytest
+
+    from stages import cli
+
+    stage = importlib.import_module(module)
+    monkeypatch.setattr(sys, "argv", [module, *args])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(stage.main)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and "Traceback" not in captured.err, captured.err
+    assert captured.out == ""
+    return captured.err

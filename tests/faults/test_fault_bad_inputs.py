@@ -4,15 +4,19 @@ nothing that looks finished, nor points to an unfinished run that does not exist
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from fault_helpers import EXPERIMENT, make_workspace, no_finished_outputs, params, run_id
+from fault_helpers import (
+    EXPERIMENT,
+    make_workspace,
+    no_finished_outputs,
+    params,
+    run_id,
+    stage_error,
+)
 
-from stages import cli
 from stages.training.runner import unfinished_run_note
 
 pytestmark = pytest.mark.faults
@@ -23,20 +27,6 @@ def workspace(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     root = make_workspace(tmp_path, shared_data, senteval=True)
     monkeypatch.chdir(root)
     return root
-
-
-def stage_error(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch,
-                capsys: pytest.CaptureFixture[str]) -> str:  # fmt: skip
-    """The stage's one error line (exit status 2, no traceback)."""
-    stage = importlib.import_module(module)
-    monkeypatch.setattr(sys, "argv", [module, *args])
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        cli.run(stage.main)
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and "Traceback" not in err
-    return err
 
 
 def test_a_missing_backbone_folder_names_the_key_and_no_unfinished_run(

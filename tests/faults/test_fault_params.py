@@ -4,16 +4,13 @@ CLI prints one `error:` line, exits 2 and writes nothing."""
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from fault_helpers import EXPERIMENT, env, params
-
-from stages import cli
+from fault_helpers import EXPERIMENT, env, params, stage_error
 
 pytestmark = pytest.mark.faults
 
@@ -83,17 +80,10 @@ ENTRY_POINTS = {
 
 def run_cli(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch,
             capsys: pytest.CaptureFixture[str]) -> str:  # fmt: skip
-    """The stage as `python -m <module> args` runs it: its error line and exit status 2."""
-    stage = importlib.import_module(module)
-    monkeypatch.setattr(sys, "argv", [module, *args])
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        cli.run(stage.main)
-    assert exit_.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.err.startswith("error: params.yaml is invalid:\n"), captured.err
-    assert "Traceback" not in captured.err and captured.out == ""
-    return captured.err
+    """The stage's error line, which must be the params file's."""
+    err = stage_error(module, args, monkeypatch, capsys)
+    assert err.startswith("error: params.yaml is invalid:\n"), err
+    return err
 
 
 @pytest.mark.parametrize("case", BAD)
