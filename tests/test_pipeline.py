@@ -94,7 +94,47 @@ def test_changing_one_methods_tau_reruns_only_its_jobs() -> None:
     changed = yaml.safe_load(yaml.safe_dump(WIDE_MATRIX))
     changed["methods"]["hot"]["objective"]["tau"] = 0.2
     after = fingerprints(changed)
-    assert {name for name in before if before[name] != after[name]} == {"train.hot.tiny.s1"}
+    # the run's evaluations rerun anyway (their input, the run's pointer, changes); their
+    # fingerprints say so too, as their ids name the run. Nothing else moves.
+    changed_jobs = {name for name in before if before[name] != after[name]}
+    assert changed_jobs == {"train.hot.tiny.s1", "senteval.hot.tiny.s1", "mteb.hot.tiny.s1"}
+
+
+def test_an_edit_inside_a_local_model_folder_reruns_its_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Snakemake sees a folder's time, not a file edited inside it: the jobs' fingerprints carry
+    their ids, which cover a local backbone's files; DVC gets the folder as a dependency."""
+    from stages.core import data_check
+    from stages.core.jobs import job_fingerprint
+    from stages.core.params import parse_params
+
+    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    raw = yaml.safe_load(yaml.safe_dump(WIDE_MATRIX))
+    raw["backbones"]["local"] = {"model": str(folder)}
+    raw["experiments"].append({"methods": ["simcse"], "backbones": ["local"], "seeds": [1]})
+    raw["baselines"]["local-mean"] = {"backbone": "local", "pooler": "mean"}
+
+    def fingerprints() -> dict[str, str]:
+        params = parse_params(raw)
+        return {job.name: job_fingerprint(params, job) for job in build_jobs(params)}
+
+    before = fingerprints()
+    jobs = {job.name: job for job in build_jobs(parse_params(raw))}
+    assert str(folder) in jobs["train.simcse.local.s1"].deps
+    assert str(folder) in jobs["senteval.baseline.local-mean"].deps
+    (folder / "config.json").write_text('{"hidden_dropout_prob": 0.3}')
+    after = fingerprints()
+    changed_jobs = {name for name in before if before[name] != after[name]}
+    assert changed_jobs == {
+        f"{stage}.{name}"
+        for stage in ("train", "senteval", "mteb")
+        for name in ("simcse.local.s1", "baseline.local-mean")
+        if f"{stage}.{name}" in before
+    }
 
 
 def test_the_triplets_stage_runs_only_for_objectives_that_need_triplets() -> None:
@@ -135,3 +175,13 @@ def test_the_masking_rate_and_the_mteb_tasks_can_differ_per_method() -> None:
     with pytest.raises(ParamsError, match=r"methods\.arccse\.triplets\.short_mask_rate"):
         parse_params({**raw, "methods": {**raw["methods"], "arccse": {
             **raw["methods"]["arccse"], "triplets": {"short_mask_rate": 2}}}})  # fmt: skip
+
+
+def test_the_report_depends_on_the_plan() -> None:
+    """A seed, method or backbone added to params.yaml but not to a stale dvc.yaml changes no
+    other stage: the report reruns on it, and its stage stops naming the fix."""
+    from stages.core.params import parse_params
+
+    params = parse_params(yaml.safe_load(yaml.safe_dump(WIDE_MATRIX)))
+    (report,) = [job for job in build_jobs(params) if job.stage == "report"]
+    assert {"experiments", "backbones", "baselines"} <= set(report.params)

@@ -32,6 +32,8 @@ from stages.core.runs import (
     TRIPLETS_CODE,
     Run,
     content_hash,
+    evaluation_id,
+    local_model_folder,
     plan_baselines,
     plan_runs,
 )
@@ -74,6 +76,9 @@ class Job:
     # its docs recommend for files kept in git; Snakemake treats them as any other output.
     metrics: tuple[str, ...] = ()
     plots: tuple[str, ...] = ()
+    # The content id of what it computes (run, triplets or evaluation id): it covers data a
+    # file time cannot show changed, such as a file inside a folder outside the workspace.
+    identity: str | None = None
 
     @property
     def name(self) -> str:
@@ -126,7 +131,7 @@ def triplets_sources(runs: dict[str, Run]) -> dict[str, Run]:
 def evaluation_job(
     params: Params,
     params_file: str,
-    run: Run | None,
+    runs: dict[str, Run],
     name: str,
     deps: tuple[str, ...],
     keys: tuple[str, ...],
@@ -136,6 +141,7 @@ def evaluation_job(
     ``deps`` and ``keys``: what the experiment's encoder comes from (a run's pointer file, a
     baseline's params)."""
     registered = EVALUATIONS[evaluation]
+    run = runs.get(name)
     settings = params.evaluation_settings(evaluation, run.method if run else None)
     if not settings.is_enabled():
         return None
@@ -148,6 +154,7 @@ def evaluation_job(
         params=(section, "identity", *keys, *overrides),
         gpu=True, code_modules=registered.code_modules,
         metrics=out if registered.dvc_metrics else (), outs=() if registered.dvc_metrics else out,
+        identity=evaluation_id(evaluation, name, params, runs),
     )  # fmt: skip
 
 
@@ -166,7 +173,7 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
     for name, run in runs.items():
         run_curves = tuple(str(c) for c in run.curve_files)
         curves += run_curves
-        deps = (corpus, senteval)
+        deps = (corpus, senteval, *local_model_folder(run.backbone_spec))
         keys = ("train", f"methods.{base_method(run.method)}", f"backbones.{run.backbone}",
                 "data.max_sentences", "identity")  # fmt: skip
         if run.needs_triplets:
@@ -175,14 +182,15 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
         train.append(
             Job("train", name, "stages.train", shlex.quote(name), f, deps=deps, params=keys,
                 metrics=(str(run.pointer_file),), plots=run_curves, gpu=True,
-                code_modules=run.code_modules)
+                code_modules=run.code_modules, identity=run.run_id)
         )  # fmt: skip
         evaluated.append((name, (str(run.pointer_file),), ()))
     for name, baseline in plan_baselines(params).items():
         key = name.removeprefix("baseline.")
-        evaluated.append((name, (), (f"baselines.{key}", f"backbones.{baseline.backbone}")))
+        folder = local_model_folder(params.backbones[baseline.backbone])
+        evaluated.append((name, folder, (f"baselines.{key}", f"backbones.{baseline.backbone}")))
     planned = (
-        evaluation_job(params, f, runs.get(name), name, deps, keys, evaluation)
+        evaluation_job(params, f, runs, name, deps, keys, evaluation)
         for name, deps, keys in evaluated
         for evaluation in EVALUATIONS
     )
@@ -207,11 +215,11 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
             Job("triplets", tid, "stages.triplets",
                 f"--backbone {run.backbone} --method {shlex.quote(run.method)} --corpus {corpus} "
                 f"--output {out}", f,
-                deps=(corpus,),
+                deps=(corpus, *local_model_folder(run.backbone_spec)),
                 params=("triplets", f"backbones.{run.backbone}", "identity",
                         *overriding_method(params, run, "triplets")),
                 outs=(out, str(layout.triplets_stats_file(tid))),
-                code_modules=TRIPLETS_CODE)
+                code_modules=TRIPLETS_CODE, identity=tid)
         )  # fmt: skip
     jobs += train
     jobs += evaluations  # per experiment, in the registry's order
@@ -227,7 +235,9 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
     jobs.append(
         Job("report", None, "stages.report", "", f,
             deps=(*pointers, *curves, *results, analyses),
-            params=("report", "senteval.data_dir"),
+            # the plan itself: a run or baseline added to params.yaml but not to a stale
+            # dvc.yaml reruns the report, which then stops naming the fix
+            params=("report", "senteval.data_dir", "experiments", "backbones", "baselines"),
             outs=(str(layout.REPORTS / "results"),),
             dirs=frozenset({str(layout.REPORTS / "results")}),
             metrics=(str(layout.report_metrics_file()),),
@@ -265,10 +275,14 @@ def param_values(params: Params, keys: Sequence[str]) -> dict[str, Any]:
 
 
 def job_fingerprint(params: Params, job: Job) -> str:
-    """Changes exactly when one of the job's params or the fingerprint of one of its source files
-    changes (Snakemake's rerun trigger: a comment edit changes no fingerprint)."""
+    """Changes exactly when one of the job's params, the fingerprint of one of its source files
+    or the content id of what it computes changes (Snakemake's rerun trigger: a comment edit
+    changes no fingerprint; an edited file in a local model folder or a SentEval folder outside
+    the workspace changes the id, where Snakemake's file times see only the folder)."""
     code = code_identity(job.code_modules) if job.code_modules else {}
-    return content_hash({"params": param_values(params, job.params), "code": code})
+    return content_hash(
+        {"params": param_values(params, job.params), "code": code, "identity": job.identity}
+    )
 
 
 def code_manifests(jobs: Sequence[Job]) -> dict[str, dict[str, Any]]:

@@ -105,14 +105,18 @@ def dev_set_identity() -> str | None:
     return _manifest_checksums()[STSB_DEV]
 
 
+def local_model_folder(spec: BackboneParams) -> tuple[str, ...]:
+    """The backbone's folder when it is a local one (a job dependency), else nothing."""
+    is_folder = not spec.model.startswith(PACKAGE_PREFIX) and Path(spec.model).is_dir()
+    return (spec.model,) if is_folder else ()
+
+
 def local_model_files(spec: BackboneParams) -> dict[str, str]:
     """``{"files": digest}`` of a backbone that is a local folder, else nothing: a hub id with
     its revision or an installed package names its files, but a folder can be overwritten in
     place, so its path names nothing (``data_check.folder_digest``, cached by file stat)."""
-    folder = Path(spec.model)
-    if spec.model.startswith(PACKAGE_PREFIX) or not folder.is_dir():
-        return {}
-    return {"files": folder_digest(folder)}
+    folders = local_model_folder(spec)
+    return {"files": folder_digest(Path(folders[0]))} if folders else {}
 
 
 def backbone_identity(spec: BackboneParams) -> dict[str, Any]:
