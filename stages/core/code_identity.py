@@ -21,6 +21,7 @@ import ast
 import hashlib
 import json
 from collections.abc import Iterable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,16 @@ def _with_parents(module: str) -> list[str]:
 
 
 def import_closure(entry_modules: Iterable[str]) -> tuple[str, ...]:
-    """Every ``stages`` module that importing ``entry_modules`` can run, core and CLI left out."""
+    """Every ``stages`` module that importing ``entry_modules`` can run, core and CLI left out.
+    Walked once per process for each set of entry modules: a DAG asks for the same few closures
+    hundreds of times (every job's fingerprint and id); the files' fingerprints are still read
+    per call, so an edit of what a file does shows, only an added import waits for a new
+    process."""
+    return _import_closure(tuple(entry_modules))
+
+
+@cache
+def _import_closure(entry_modules: tuple[str, ...]) -> tuple[str, ...]:
     seen: set[str] = set()
     todo = [m for entry in entry_modules for m in _with_parents(entry)]
     while todo:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import cache
 from pathlib import Path
 
 from stages.core import layout
 from stages.core.atomic import write_text
-from stages.core.data_manifest import Dataset, is_under, load_manifest
+from stages.core.data_manifest import is_under, load_manifest
 from stages.core.errors import StageError
 
 HASH_CACHE = layout.CACHE / "sha256.json"
@@ -67,17 +66,12 @@ def folder_digest(folder: Path) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
-@cache
-def _datasets() -> dict[str, Dataset]:
-    return load_manifest().datasets
-
-
 def verify_data(*data_paths: str, data: Path = layout.DATA) -> None:
     """Check every manifest file at or under ``data_paths`` (relative to ``data``, e.g.
     'corpus/wiki1m.txt' or 'senteval'): present and with its sha256. A mismatch stops the stage,
     naming the file, both hashes and the command that restores it, before anything is read."""
     expected: dict[Path, tuple[str, str]] = {}
-    for name, dataset in _datasets().items():
+    for name, dataset in load_manifest().datasets.items():
         for entry in dataset.files:
             if any(is_under(entry.path, root) for root in data_paths):
                 expected[data / entry.path] = (entry.sha256, name)
@@ -91,7 +85,7 @@ def verify_data(*data_paths: str, data: Path = layout.DATA) -> None:
     actual = cached_sha256(list(expected))
     for path, (sha, name) in expected.items():
         if actual[path] != sha:
-            output = data / _datasets()[name].output
+            output = data / load_manifest().datasets[name].output
             raise StageError(
                 f"{path} changed after download: sha256 {actual[path]}, the manifest says {sha}. "
                 f"Nothing was computed from it. Restore it: delete {output} and run "

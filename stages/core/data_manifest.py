@@ -7,6 +7,7 @@ Paths are relative to the data folder (``data/`` by default). A local source fol
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal, Self
@@ -110,9 +111,14 @@ class Manifest(_Frozen):
 
 
 def load_manifest(path: str | Path | None = None) -> Manifest:
-    """The manifest at ``path``, by default the one shipped with the package."""
+    """The manifest at ``path``, by default the one shipped with the package (parsed once per
+    process: every evaluation id of a DAG reads it)."""
     if path is None:
-        text = resources.files("stages.core").joinpath("data_manifest.yaml").read_text("utf-8")
-    else:
-        text = Path(path).read_text(encoding="utf-8")
+        return _shipped_manifest()
+    return Manifest.model_validate(yaml.safe_load(Path(path).read_text(encoding="utf-8")))
+
+
+@cache
+def _shipped_manifest() -> Manifest:
+    text = resources.files("stages.core").joinpath("data_manifest.yaml").read_text("utf-8")
     return Manifest.model_validate(yaml.safe_load(text))
