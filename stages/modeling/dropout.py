@@ -78,9 +78,16 @@ def apply_dropout_mask(x: torch.Tensor, mask: torch.Tensor, p: float) -> torch.T
 
 def fused_dropout_product(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
     """CUDA's fused dropout arithmetic for a half-precision ``x``: x · keep · s in float32,
-    rounded to x's dtype once, with s = float32(1 / float32(1 − p)) as the kernel computes it."""
-    scale = _float32(1 / _float32(1 - p))
-    return (x.float() * keep).mul_(scale).to(x.dtype)
+    rounded to x's dtype once."""
+    return (x.float() * keep).mul_(fused_dropout_scale(p)).to(x.dtype)
+
+
+@torch.compiler.assume_constant_result
+def fused_dropout_scale(p: float) -> float:
+    """s = float32(1 / float32(1 − p)), as CUDA's fused dropout kernel computes its scale.
+    ``torch.compile`` takes the value instead of tracing ``struct``: torch 2.11's dynamo recursed
+    without end through its polyfill of ``struct.pack`` (``train.compile`` in bf16 on an H200)."""
+    return _float32(1 / _float32(1 - p))
 
 
 def _float32(value: float) -> float:

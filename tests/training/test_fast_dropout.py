@@ -21,6 +21,7 @@ from stages.modeling.dropout import (
     dropout_mask,
     fast_dropout_attention,
     fused_dropout_product,
+    fused_dropout_scale,
     use_fast_dropout,
 )
 from stages.training.parts import load_encoder
@@ -136,6 +137,16 @@ def test_the_fused_kernels_arithmetic_keeps_half_precision_dropout_unbiased(
     if dtype == torch.bfloat16:
         quantised = x * F.dropout(torch.ones_like(x), 0.1, training=True).clamp(min=1)
         assert (quantised.double() / x.double()).mean().item() < 1 / 0.9 - 1e-3
+
+
+def test_the_fused_kernels_arithmetic_compiles_into_one_graph() -> None:
+    """``train.compile`` traces the unpadded forward, this product included (torch 2.11 failed
+    on it with a RecursionError; measured on an H200). The scale is the kernel's float32 one."""
+    assert fused_dropout_scale(0.1) == 1.1111111640930176  # float32(1 / float32(0.9))
+    x = (torch.rand(1 << 10) + 0.5).to(torch.bfloat16)
+    keep = torch.rand(x.shape) > 0.1
+    compiled = torch.compile(fused_dropout_product, backend="eager", fullgraph=True)
+    assert torch.equal(compiled(x, keep, 0.1), fused_dropout_product(x, keep, 0.1))
 
 
 def test_use_fast_dropout_replaces_every_dropout_keeping_rates_and_weights() -> None:
