@@ -40,6 +40,8 @@ from stages.modeling.unpadded import Packing, packed_forward, unpadding_unsuppor
 
 Precision = Literal["fp32", "bf16", "fp16"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Vectors read back from the device this many sentences at a time (32 MiB at width 1024).
+READBACK_ROWS = 8192
 
 
 class EncoderError(ValueError):
@@ -86,6 +88,7 @@ def embed(
     adapter = find_adapter(model.config.model_type)
     drop_types = adapter is not None and not adapter.token_type_ids
     head = pooler_head(model)
+    pending = _PendingVectors()
     with torch.inference_mode(), autocast:
         for start, stop in length_batches(lengths[order], batch_size):
             idx = order[start:stop]
@@ -112,14 +115,40 @@ def embed(
             else:
                 outputs = model(**batch, output_hidden_states=needs_hidden_states(pooler))
                 vectors = pool(outputs, batch["attention_mask"], pooler, head)
-            vectors = vectors.float()
-            finite = torch.isfinite(vectors).all(dim=1)
-            if not bool(finite.all()):
-                bad = distinct[idx[int((~finite).nonzero()[0])]]
-                raise EncoderError(f"{name} produced a non-finite embedding, e.g. for {bad!r}")
-            rows[idx] = vectors.cpu().numpy()
+            pending.add(idx, vectors.float())
+            if pending.rows >= READBACK_ROWS:
+                pending.read_into(rows, distinct, name)
+        pending.read_into(rows, distinct, name)
     index = {s: i for i, s in enumerate(distinct)}
     return rows[[index[s] for s in sentences]]
+
+
+class _PendingVectors:
+    """Batches' vectors left on the device, read back together: on a GPU a read per batch would
+    make the host wait for every batch before it could queue the next."""
+
+    def __init__(self) -> None:
+        self.indices: list[np.ndarray] = []
+        self.vectors: list[torch.Tensor] = []
+        self.rows = 0
+
+    def add(self, idx: np.ndarray, vectors: torch.Tensor) -> None:
+        self.indices.append(idx)
+        self.vectors.append(vectors)
+        self.rows += len(idx)
+
+    def read_into(self, rows: np.ndarray, distinct: list[str], name: str) -> None:
+        """Copy the pending vectors to their ``rows`` (one device read); refuse non-finite ones."""
+        if not self.vectors:
+            return
+        block = torch.cat(self.vectors).cpu().numpy()
+        idx = np.concatenate(self.indices)
+        finite = np.isfinite(block).all(axis=1)
+        if not finite.all():
+            bad = distinct[idx[np.flatnonzero(~finite)[0]]]
+            raise EncoderError(f"{name} produced a non-finite embedding, e.g. for {bad!r}")
+        rows[idx] = block
+        self.indices, self.vectors, self.rows = [], [], 0
 
 
 def length_batches(sorted_lengths: np.ndarray, batch_size: int) -> list[tuple[int, int]]:

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.spatial.distance import pdist
 from scipy.stats import pearsonr, spearmanr
 
 from stages.senteval_protocol.loaders import STS_YEARS, StsPairs, StsTask
@@ -95,14 +94,31 @@ def alignment_uniformity(
     if not positive.any():
         raise ValueError(f"no pair has a gold score above {threshold}: alignment is undefined")
     alignment = float(np.mean(np.sum((a[positive] - b[positive]) ** 2, axis=1)))
-    sq_dists = pdist(np.concatenate([a, b]), "sqeuclidean")
-    uniformity = float(np.log(np.mean(np.exp(-t * sq_dists))))
+    uniformity = _uniformity(np.concatenate([a, b]), t)
     return {
         "alignment": alignment,
         "uniformity": uniformity,
         "positive_pairs": int(positive.sum()),
         "sentences": 2 * len(scores),
     }
+
+
+def _uniformity(x: np.ndarray, t: float, block: int = 1024) -> float:
+    """log of the mean of exp(−t·|x_i − x_j|²) over the pairs i < j of the rows of ``x``.
+    The squared distances come from matrix products, |x_i|² + |x_j|² − 2 x_i·x_j, a block of
+    rows at a time (memory stays at block × n): scipy's pdist takes one core and ~0.7 s for STS-B
+    dev's 3,000 sentences at width 768, at every dev evaluation of a training run. The mean over
+    ordered pairs i ≠ j equals the mean over i < j (the distance is symmetric)."""
+    n = len(x)
+    squared_norms = np.einsum("ij,ij->i", x, x)
+    total = 0.0
+    for start in range(0, n, block):
+        rows = slice(start, min(start + block, n))
+        sq = squared_norms[rows, None] + squared_norms[None, :] - 2 * (x[rows] @ x.T)
+        kernel = np.exp(-t * np.maximum(sq, 0))
+        own = np.arange(rows.start, rows.stop)
+        total += kernel.sum() - kernel[own - start, own].sum()
+    return float(np.log(total / (n * (n - 1))))
 
 
 def _normalise(emb: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from stages.modeling.unpadded import Packing
 from stages.training.data import TokenRows, pad_rows, tokenize
 from stages.training.model import ContrastiveModel
 from stages.training.runtime import Runtime
@@ -72,16 +73,21 @@ class DevEncoder:
         try:
             for start in range(0, len(order), self.batch_size):
                 ids, mask = pad_rows(rows.rows(order[start : start + self.batch_size]), self._pad)
+                # Where the real tokens are, from the host's mask: the device is never waited for
+                # inside the loop, and its vectors come back in one read at the end.
+                packing = (
+                    Packing.from_mask(mask, self.runtime.to_device) if self.model.unpadded else None
+                )
                 with self.runtime.autocast():
                     vectors = self.model.embed(
-                        self.runtime.to_device(ids), self.runtime.to_device(mask)
+                        self.runtime.to_device(ids), self.runtime.to_device(mask), packing
                     )
-                chunks.append(vectors.float().cpu())
+                chunks.append(vectors.float())
         finally:
             encoder.train(was_training)
         out = np.empty((len(order), chunks[0].shape[1]) if chunks else (0, 0), dtype=np.float32)
         if chunks:
-            out[order] = torch.cat(chunks).numpy()
+            out[order] = torch.cat(chunks).cpu().numpy()
         return out
 
     @property

@@ -8,12 +8,14 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.evaluate import EmbeddingTable
 from stages.senteval_protocol.loaders import StsPairs, StsTask
 from stages.senteval_protocol.sts import (
+    _uniformity,
     alignment_uniformity,
     cosine_similarities,
     headline,
@@ -87,6 +89,16 @@ def test_alignment_and_uniformity_by_hand() -> None:
     assert out["positive_pairs"] == 2 and out["sentences"] == 6
     with pytest.raises(ValueError, match="no pair has a gold score above 4"):
         alignment_uniformity(a, b, np.zeros(3))
+
+
+@pytest.mark.parametrize("n", [7, 2500])  # one block; three blocks, the last one partial
+def test_uniformity_equals_the_mean_over_pdists_pairs(n: int) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, 48))
+    x[1] = x[0]  # identical sentences share one embedding: distance 0
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    expected = math.log(np.mean(np.exp(-2 * pdist(x, "sqeuclidean"))))
+    assert _uniformity(x, 2.0) == pytest.approx(expected, rel=1e-12)
 
 
 def _senteval_spearman(pairs: StsPairs, batcher, batch_size: int = 7) -> float:

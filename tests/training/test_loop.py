@@ -260,6 +260,29 @@ def test_every_objective_takes_a_step_without_host_reads(
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
+@pytest.mark.parametrize("unpad", [True, False])
+def test_the_dev_encoder_reads_the_device_once_per_evaluation(
+    unpad: bool, tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every batch's vectors stay on the device until the last batch; the unpadded forward's
+    packing comes from the host's mask. On a GPU a read per batch would wait for each one."""
+    encode = DevEncoder(
+        load_backbone(TINY, seed=0),
+        tokenizer,
+        "cls_before_pooler",
+        resolve_runtime("cpu", "fp32"),
+        2,
+    )
+    encode.model.unpad = unpad
+    sentences = ["a man plays a guitar", "the cat sleeps", "stocks fell", "it rains", "ok"]
+    with HostReadWatch(monkeypatch) as watch:
+        vectors = encode(sentences)
+    # one statement: .cpu() (the device read) and .numpy() of its host copy
+    assert sorted(name for name, _, _ in watch.violations) == ["cpu", "numpy"]
+    assert len({(module, line) for _, module, line in watch.violations}) == 1
+    assert vectors.shape == (5, 32)
+
+
 @pytest.mark.slow
 def test_bf16_autocast_on_cpu_keeps_the_objective_in_fp32(
     corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path

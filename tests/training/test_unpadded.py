@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from train_helpers import SENTENCES, TINY, padded_batch
+from train_helpers import SENTENCES, TINY, HostReadWatch, padded_batch
 from transformers import RobertaConfig, RobertaModel
 
 from stages.core.params import POOLERS
@@ -193,6 +193,26 @@ def test_the_evaluation_encoder_runs_the_unpadded_forward(tokenizer, monkeypatch
     assert len(calls) == 4  # four lengths: a batch each (a quarter of 2 rows is one)
     embed(encoder("bert", tokenizer).eval(), tokenizer, SENTENCES, "mean", unpad=False)
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize("unpad", [True, False])
+def test_the_evaluation_encoder_reads_the_device_once_per_block(
+    unpad: bool, tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batches' vectors are read back together (every ``READBACK_ROWS`` sentences), not
+    one batch at a time: on a GPU a read per batch makes the host wait for each batch."""
+    import stages.modeling.encoder as encoder_module
+
+    sentences = [*SENTENCES, "one more sentence", "and the last one of them all"]
+    model = encoder("bert", tokenizer).eval()
+    reference = embed(model, tokenizer, sentences, "mean", batch_size=2, unpad=unpad)
+    for block, reads in ((10**6, 1), (2, 3)):  # 6 sentences: one read; blocks of 2: three
+        monkeypatch.setattr(encoder_module, "READBACK_ROWS", block)
+        with HostReadWatch(monkeypatch) as watch:
+            vectors = embed(model, tokenizer, sentences, "mean", batch_size=2, unpad=unpad)
+        device_reads = [v for v in watch.violations if v[:2] == ("cpu", encoder_module.__name__)]
+        assert len(device_reads) == reads
+        np.testing.assert_array_equal(vectors, reference)
 
 
 def test_packing_of_a_right_padded_mask() -> None:
