@@ -5,6 +5,8 @@ params, missing or corrupt data, a diverged run) are ``StageError``s and end the
 one readable message and exit status 2 instead of a traceback; so does a full disk or quota, or
 a location the stage may not write (read-only filesystem, permissions), wherever it strikes
 (every output is written to a temporary and renamed, so nothing it cut short looks finished).
+Ctrl-C and SIGTERM (what SLURM's scancel, Snakemake and torchrun send to stop a job) unwind the
+stage the same way (locks given back, temporaries removed) and end it with one line.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,7 +61,16 @@ def ensure_dvc_yaml_is_current(argv: Sequence[str]) -> None:
         raise StageError(problem)
 
 
+class Terminated(Exception):
+    """SIGTERM, raised where the stage is, so that it unwinds as on Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def run(main: Callable[[Sequence[str] | None], object]) -> None:
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         ensure_dvc_yaml_is_current(sys.argv[1:])
         main(None)
@@ -76,11 +88,14 @@ def run(main: Callable[[Sequence[str] | None], object]) -> None:
             file=sys.stderr,
         )
         sys.exit(2)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as stop:
+        terminated = isinstance(stop, Terminated)
         print(
-            "interrupted: finished outputs are intact and nothing cut short looks finished; an "
-            "unfinished training run stays in runs/<run_id>.partial, and a rerun resumes it "
-            "from its last checkpoint",
+            f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: finished outputs are "
+            "intact and nothing cut short looks finished; an unfinished training run stays in "
+            "runs/<run_id>.partial, and a rerun resumes it from its last checkpoint",
             file=sys.stderr,
         )
-        sys.exit(130)
+        sys.exit(128 + signal.SIGTERM if terminated else 130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,34 @@ def test_two_trainers_of_one_run_on_two_workspaces(
     ):
         train_stage.main([EXPERIMENT])
     assert not (root / "runs" / run_id).exists()
+
+
+def test_a_lease_of_a_dead_trainer_of_this_host_is_taken_over(tmp_path: Path) -> None:
+    """A trainer killed while holding the lease (no release, no renewal) blocks the run only
+    until its lease lapses if it ran on another host; on this one its pid tells at once."""
+    store = SharedStore(str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        for host, pid, taken_over in (
+            (socket.gethostname(), gone.pid, True),
+            (socket.gethostname(), alive.pid, False),
+            ("elsewhere", gone.pid, False),
+        ):
+            lease = {"token": "t", "host": host, "pid": pid, "expires": time.time() + 600}
+            (tmp_path / "store" / "r1.lease").write_text(json.dumps(lease))
+            if taken_over:
+                with store.lease("r1", EXPERIMENT):
+                    pass
+                assert not (tmp_path / "store" / "r1.lease").exists()  # given back
+            else:
+                locked = pytest.raises(RunLocked, match=r"lasts until \d{4}-.*rerun after it")
+                with locked, store.lease("r1", EXPERIMENT):
+                    pass
+    finally:
+        alive.kill()
 
 
 def test_no_store_configured_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:

@@ -313,6 +313,7 @@ def code_stage(jobs: Sequence[Job], params_file: str) -> dict[str, Any]:
 
 def dvc_yaml(jobs: Sequence[Job], params_file: str = str(DEFAULT_PARAMS)) -> str:
     stages: dict[str, Any] = {}
+    pointers: list[str] = []
     if any(job.code_modules for job in jobs):
         stages[CODE_STAGE] = code_stage(jobs, params_file)
     for job in jobs:
@@ -325,12 +326,21 @@ def dvc_yaml(jobs: Sequence[Job], params_file: str = str(DEFAULT_PARAMS)) -> str
             stage["params"] = keys if params_file == str(DEFAULT_PARAMS) else [{params_file: keys}]
         if job.outs:
             stage["outs"] = list(job.outs)
-        if job.metrics:
+        if job.stage == "train":
+            # The pointer names a run folder that DVC does not track. As an uncached out (not an
+            # uncached metric, which DVC's run cache still restores) it keeps the run cache from
+            # putting back a pointer whose run is gone; `dvc metrics` reads it from the
+            # top-level list.
+            stage["outs"] = [*stage.get("outs", []), *({p: {"cache": False}} for p in job.metrics)]
+            pointers.extend(job.metrics)
+        elif job.metrics:
             stage["metrics"] = [{path: {"cache": False}} for path in job.metrics]
         if job.plots:
             stage["plots"] = [{path: {"cache": False, "x": "step"}} for path in job.plots]
         stages[job.name] = stage
     document: dict[str, Any] = {"stages": stages}
+    if pointers:
+        document["metrics"] = pointers
     curves = top_level_plots(jobs)
     if curves:
         document["plots"] = curves

@@ -11,6 +11,8 @@ every file against the manifest before the run appears in the local runs folder 
 One writer per run across workspaces: a lease object ``<run_id>.lease`` (holder, token, expiry),
 renewed while training. Object stores have no portable atomic create, so a trainer writes its
 lease, waits ``LEASE_SETTLE_S`` and reads it back: only the writer whose token survived trains.
+A lease held by a dead process of this host is taken over at once; one of another host lapses
+``LEASE_S`` after its last renewal.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 from stages.core.atomic import temporary_beside
 from stages.core.data_check import CHUNK, sha256_of
 from stages.core.errors import StageError
-from stages.core.run_lock import RunLocked
+from stages.core.run_lock import RunLocked, process_exists
 
 MANIFEST = "manifest.json"
 ORIGIN = "origin.json"  # local only: where the run came from (not part of the run's files)
@@ -195,11 +197,14 @@ class SharedStore:
         """Hold the run's lease in the store while the block runs (see the module docstring)."""
         path = self._path(f"{run_id}.lease")
         held = self._read_lease(run_id)
-        if held and held.get("expires", 0) > time.time():
+        if held and held.get("expires", 0) > time.time() and not _abandoned(held):
+            until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(held["expires"]))
             raise RunLocked(
                 f"run {run_id} ({experiment}) is being trained from another workspace "
-                f"(host {held.get('host')}, pid {held.get('pid')}, lease in {self.url} until "
-                f"{time.strftime('%H:%M:%S UTC', time.gmtime(held['expires']))}); this one stops"
+                f"(host {held.get('host')}, pid {held.get('pid')}; its lease in {self.url} "
+                f"lasts until {until} and is renewed every {LEASE_RENEW_S:.0f} s while it "
+                "trains); this one stops. If that trainer was killed, its lease lapses then: "
+                "rerun after it"
             )
         token = uuid.uuid4().hex
         lease = {"token": token, "host": socket.gethostname(), "pid": os.getpid(),
@@ -226,6 +231,17 @@ class SharedStore:
             renewer.join()
             if (self._read_lease(run_id) or {}).get("token") == token:
                 self.fs.rm(path)
+
+
+def _abandoned(lease: dict[str, Any]) -> bool:
+    """A lease whose holder was a process of this host that no longer exists (killed before it
+    could give the lease back): taken over at once, as the local run lock's dead holder is."""
+    pid = lease.get("pid")
+    return (
+        lease.get("host") == socket.gethostname()
+        and isinstance(pid, int)
+        and not (process_exists(pid))
+    )
 
 
 def store_url(configured: str | None) -> str | None:

@@ -81,15 +81,20 @@ def stage(root: Path, module: str, *args: str) -> subprocess.CompletedProcess[st
 
 
 def killed(root: Path, target: str, n: int, when: str, module: str, *args: str,
-           match: str = "") -> subprocess.CompletedProcess[str]:  # fmt: skip
-    """The stage run SIGKILLed at the ``n``-th call of ``target`` (see kill_point.py)."""
+           match: str = "", signal: str = "SIGKILL",
+           returncode: int = -9) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """The stage run sent ``signal`` at the ``n``-th call of ``target`` (see kill_point.py),
+    ending with ``returncode``."""
     command = [sys.executable, str(KILL_POINT), target, str(n), when]
     command += [match] if match else []
     result = subprocess.run(
         [*command, "--", module, *args],
-        cwd=root, env=env(), capture_output=True, text=True, timeout=300,
+        cwd=root, env={**env(), "KILL_SIGNAL": signal}, capture_output=True, text=True,
+        timeout=300,
     )  # fmt: skip
-    assert result.returncode == -9, f"not killed at {target} #{n}:\n{result.stderr[-3000:]}"
+    assert result.returncode == returncode, (
+        f"not stopped at {target} #{n}:\n{result.stderr[-3000:]}"
+    )
     return result
 
 

@@ -4,7 +4,8 @@
 
 TARGET is ``module:attr`` or ``module:Class.attr``: its N-th call (counting only calls with an
 argument whose text contains MATCH, when given) kills the process with SIGKILL just ``before``
-or ``after`` the call. A real SIGKILL: no cleanup, no finally blocks, no atexit.
+or ``after`` the call. A real SIGKILL: no cleanup, no finally blocks, no atexit. With
+``KILL_SIGNAL=SIGTERM`` in the environment it sends that signal instead.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def arm(target: str, n: int, when: str, match: str) -> None:
         owner = getattr(owner, part)
     original = getattr(owner, name)
     calls = 0
+    kill = getattr(signal, os.environ.get("KILL_SIGNAL", "SIGKILL"))
 
     def counts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         if not match:
@@ -38,10 +40,10 @@ def arm(target: str, n: int, when: str, match: str) -> None:
             calls += 1
             hit = calls == n
         if hit and when == "before":
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), kill)
         result = original(*args, **kwargs)
         if hit and when == "after":
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), kill)
         return result
 
     setattr(owner, name, wrapper)

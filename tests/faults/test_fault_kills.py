@@ -74,6 +74,27 @@ def test_training_killed_resumes_to_the_uninterrupted_run(
         assert ours == (reference / "experiments" / EXPERIMENT / curve).read_text(), curve
 
 
+def test_training_terminated_gives_its_lock_back_says_so_and_resumes(
+    reference: Path, shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM (scancel, Snakemake and torchrun stopping a job) unwinds the trainer as Ctrl-C
+    does: one line, exit 143, its lock given back; the rerun resumes to the uninterrupted run."""
+    root = make_workspace(tmp_path, shared_data)
+    rid = run_id(root)
+    result = killed(
+        root, "stages.training.loop:save_checkpoint", 1, "after", "stages.train", EXPERIMENT,
+        signal="SIGTERM", returncode=143,
+    )  # fmt: skip
+    assert "terminated (SIGTERM): finished outputs are intact" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (root / "runs" / f"{rid}.lock").exists()
+    assert (root / "runs" / f"{rid}.partial").is_dir() and not (root / "runs" / rid).exists()
+    assert no_finished_outputs(root)
+    monkeypatch.chdir(root)
+    train_stage.main([EXPERIMENT])
+    assert_same_run(root, reference, resumes=1)
+
+
 def without_timings(results: dict[str, Any]) -> dict[str, Any]:
     """Results minus what measures time (and whether mteb's own cache answered)."""
     timing = {"timing", "timings", "from_cache", "texts_encoded", "texts_per_s"}

@@ -5,6 +5,7 @@ output restores it); params with a duplicate key are refused before any job runs
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -77,6 +78,26 @@ def test_dvc_train_stops_on_a_changed_stsb_dev_and_repro_restores_it(
     # DVC sees the changed output of the download stage: its rerun puts a verified copy back.
     ok(tool(root, shared_data, "dvc", "repro", "download.senteval"))
     assert dev.read_bytes() == intact
+
+
+def test_dvc_retrains_a_deleted_run_instead_of_restoring_its_pointer(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """The pointer names a run folder DVC does not track: DVC's run cache must not put back a
+    pointer whose run was deleted (it did while the pointer was an uncached metric)."""
+    root = project_copy(tmp_path, tiny_params())
+    stage = f"train.{EXPERIMENT}"
+    ok(tool(root, shared_data, "dvc", "repro", stage))
+    rid = run_id(root, EXPERIMENT)
+    assert (root / "runs" / rid / "metrics.json").is_file()
+    shown = ok(tool(root, shared_data, "dvc", "metrics", "show"))
+    assert f"experiments/{EXPERIMENT}/train.json" in shown  # still DVC's metric
+    shutil.rmtree(root / "runs" / rid)
+    (root / "experiments" / EXPERIMENT / "train.json").unlink()
+    output = ok(tool(root, shared_data, "dvc", "repro", stage))
+    assert "Restored stage" not in output
+    assert (root / "runs" / rid / "metrics.json").is_file()  # trained again
+    assert (root / "experiments" / EXPERIMENT / "train.json").is_file()
 
 
 DUPLICATE = "\nmethods:\n  simcse:\n    objective: {name: infonce, tau: 0.5, tau: 0.05}\n"
