@@ -79,14 +79,18 @@ def apply_dropout_mask(x: torch.Tensor, mask: torch.Tensor, p: float) -> torch.T
 def fused_dropout_product(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
     """CUDA's fused dropout arithmetic for a half-precision ``x``: x · keep · s in float32,
     rounded to x's dtype once."""
+    if torch.compiler.is_compiling():
+        # Traced, p can be symbolic (dynamic shapes) and ``struct`` is not traceable (torch
+        # 2.11's dynamo recursed without end through its polyfill; ``train.compile`` in bf16 on
+        # an H200): the same scale from tensor arithmetic, which the compiler fuses.
+        scale = x.new_full((), 1 - p, dtype=torch.float32).double().reciprocal().float()
+        return (x.float() * keep).mul_(scale).to(x.dtype)
     return (x.float() * keep).mul_(fused_dropout_scale(p)).to(x.dtype)
 
 
-@torch.compiler.assume_constant_result
 def fused_dropout_scale(p: float) -> float:
-    """s = float32(1 / float32(1 − p)), as CUDA's fused dropout kernel computes its scale.
-    ``torch.compile`` takes the value instead of tracing ``struct``: torch 2.11's dynamo recursed
-    without end through its polyfill of ``struct.pack`` (``train.compile`` in bf16 on an H200)."""
+    """s = float32(1 / float32(1 − p)), as CUDA's fused dropout kernel computes its scale (the
+    division in double precision, rounded to float32 once)."""
     return _float32(1 / _float32(1 - p))
 
 

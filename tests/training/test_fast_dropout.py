@@ -139,14 +139,19 @@ def test_the_fused_kernels_arithmetic_keeps_half_precision_dropout_unbiased(
         assert (quantised.double() / x.double()).mean().item() < 1 / 0.9 - 1e-3
 
 
-def test_the_fused_kernels_arithmetic_compiles_into_one_graph() -> None:
-    """``train.compile`` traces the unpadded forward, this product included (torch 2.11 failed
-    on it with a RecursionError; measured on an H200). The scale is the kernel's float32 one."""
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_the_fused_kernels_arithmetic_compiles_into_one_graph(dynamic: bool) -> None:
+    """``train.compile`` (``dynamic=True``) traces the unpadded forward, this product included,
+    with p possibly symbolic (on an H200, torch 2.11 failed on it first with a RecursionError in
+    ``struct``, then on a symbolic p). Traced and eager give the same bits for every rate."""
     assert fused_dropout_scale(0.1) == 1.1111111640930176  # float32(1 / float32(0.9))
     x = (torch.rand(1 << 10) + 0.5).to(torch.bfloat16)
-    keep = torch.rand(x.shape) > 0.1
-    compiled = torch.compile(fused_dropout_product, backend="eager", fullgraph=True)
-    assert torch.equal(compiled(x, keep, 0.1), fused_dropout_product(x, keep, 0.1))
+    compiled = torch.compile(
+        fused_dropout_product, backend="eager", fullgraph=True, dynamic=dynamic
+    )
+    for p in (0.1, 0.05, 0.3, 1 / 3):
+        keep = torch.rand(x.shape) > p
+        assert torch.equal(compiled(x, keep, p), fused_dropout_product(x, keep, p)), p
 
 
 def test_use_fast_dropout_replaces_every_dropout_keeping_rates_and_weights() -> None:
