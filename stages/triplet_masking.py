@@ -104,13 +104,15 @@ class MaskingTokenizer:
 
 
 def split_lines(text: str) -> list[str]:
-    """The corpus lines: split on '\\n' only (not on the other separators str.splitlines knows,
-    which occur inside Wikipedia sentences), a final '\\n' ends the last line, a '\\r' before
-    '\\n' is dropped."""
-    lines = text.split("\n")
+    """The corpus lines as SimCSE reads wiki1m (``datasets``' text loader opens the file in text
+    mode): '\\n', '\\r\\n' and a lone '\\r' each end a line, not the other separators
+    str.splitlines knows (they occur inside Wikipedia sentences); a final line break ends the
+    last line. The train stage's ``Path.read_text`` translates line breaks the same way, so both
+    stages number the lines alike."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+    return lines
 
 
 def masked_lengths(

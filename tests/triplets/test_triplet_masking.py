@@ -3,8 +3,10 @@ generated triplets against an independent per-sentence reference (real MiniLM to
 
 from __future__ import annotations
 
+import io
 import re
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -100,11 +102,25 @@ def test_line_uniforms_are_per_line_and_stable():
     )
 
 
-def test_split_lines_splits_on_newline_only():
-    text = "a\u2028b\r\nc\x85d\n\n  \nlast"
-    assert split_lines(text) == ["a\u2028b", "c\x85d", "", "  ", "last"]
-    assert split_lines(text + "\n") == split_lines(text)
+def test_split_lines_splits_as_a_text_mode_file_reads():
+    text = "a\u2028b\r\nc\x85d\n\n  \nx\ry\rlast"
+    expected = ["a\u2028b", "c\x85d", "", "  ", "x", "y", "last"]
+    assert split_lines(text) == expected
+    assert split_lines(text + "\n") == split_lines(text + "\r") == expected
     assert split_lines("") == []
+    # as datasets' text loader reads it (universal newlines, then lines without their break)
+    assert io.StringIO(text, newline=None).read().split("\n") == expected
+
+
+def test_the_train_and_triplets_stages_number_the_lines_alike(tmp_path: Path) -> None:
+    from stages.training.data import read_corpus as train_lines
+    from stages.triplets import read_corpus as triplet_lines
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes("one\rtwo\r\nthree\n\nfour\u2028five\n".encode())
+    assert train_lines(corpus) == triplet_lines(corpus)[0] == [
+        "one", "two", "three", "", "four\u2028five"
+    ]  # fmt: skip
 
 
 # --- generated triplets against a per-sentence reference ---------------------------------
