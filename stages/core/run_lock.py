@@ -51,9 +51,14 @@ def process_exists(pid: int) -> bool:
     return True
 
 
+def held_on_this_host(holder: dict[str, Any]) -> bool:
+    """Whether a lock's or lease's ``holder`` is a process of this host (its pid can be asked)."""
+    return holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int)
+
+
 def is_stale(path: Path, now: float | None = None) -> bool:
     holder = _read(path)
-    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+    if held_on_this_host(holder):
         return not process_exists(holder["pid"])
     try:
         age = (now or time.time()) - path.stat().st_mtime

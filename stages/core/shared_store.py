@@ -32,7 +32,7 @@ from typing import Any
 from stages.core.atomic import temporary_beside
 from stages.core.data_check import CHUNK, sha256_of
 from stages.core.errors import StageError
-from stages.core.run_lock import RunLocked, process_exists
+from stages.core.run_lock import RunLocked, held_on_this_host, process_exists
 
 MANIFEST = "manifest.json"
 ORIGIN = "origin.json"  # local only: where the run came from (not part of the run's files)
@@ -236,12 +236,7 @@ class SharedStore:
 def _abandoned(lease: dict[str, Any]) -> bool:
     """A lease whose holder was a process of this host that no longer exists (killed before it
     could give the lease back): taken over at once, as the local run lock's dead holder is."""
-    pid = lease.get("pid")
-    return (
-        lease.get("host") == socket.gethostname()
-        and isinstance(pid, int)
-        and not (process_exists(pid))
-    )
+    return held_on_this_host(lease) and not process_exists(lease["pid"])
 
 
 def store_url(configured: str | None) -> str | None:

@@ -84,8 +84,9 @@ def fused_dropout_product(x: torch.Tensor, keep: torch.Tensor, p: float) -> torc
         # 2.11's dynamo recursed without end through its polyfill; ``train.compile`` in bf16 on
         # an H200): the same scale from tensor arithmetic, which the compiler fuses.
         scale = x.new_full((), 1 - p, dtype=torch.float32).double().reciprocal().float()
-        return (x.float() * keep).mul_(scale).to(x.dtype)
-    return (x.float() * keep).mul_(fused_dropout_scale(p)).to(x.dtype)
+    else:
+        scale = fused_dropout_scale(p)
+    return (x.float() * keep).mul_(scale).to(x.dtype)
 
 
 def fused_dropout_scale(p: float) -> float:
