@@ -61,11 +61,16 @@ def ensure_dvc_yaml_is_current(argv: Sequence[str]) -> None:
         raise StageError(problem)
 
 
-class Terminated(Exception):
-    """SIGTERM, raised where the stage is, so that it unwinds as on Ctrl-C."""
+class Terminated(BaseException):
+    """SIGTERM, raised where the stage is, so that it unwinds as on Ctrl-C. A BaseException,
+    as KeyboardInterrupt: code that catches Exception (a failing logger, a retrying upload) must
+    not swallow it and train on."""
 
 
 def _terminate(signum: int, frame: object) -> None:
+    # A second SIGTERM (srun and torchrun each send one) must not cut the unwinding short: the
+    # lock and the store's lease are given back in finally blocks.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated
 
 

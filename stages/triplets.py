@@ -68,7 +68,8 @@ def read_corpus(path: str | Path) -> tuple[list[str], str]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
+        before = data[: err.start]
+        line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
         raise StageError(
             f"corpus {path}, line {line}: not UTF-8 ({err.reason} at byte {err.start})"
         ) from None

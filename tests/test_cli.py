@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,32 @@ def test_an_interrupt_says_what_is_kept(
     err = capsys.readouterr().err
     assert "discarded" not in err
     assert "an unfinished training run stays in runs/<run_id>.partial, and a rerun resumes" in err
+
+
+def test_sigterm_is_not_swallowed_and_a_second_one_does_not_cut_the_cleanup_short(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGTERM unwinds the stage as Ctrl-C does: code that catches Exception (a failing logger,
+    a retrying upload) does not stop it, and the second SIGTERM srun or torchrun send while the
+    stage gives its lock back is ignored."""
+    cleaned = []
+
+    def stage(argv: object) -> None:
+        try:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except Exception:  # what a logger's or an uploader's error handling does
+                pytest.fail("SIGTERM was swallowed")
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # the second one, during the cleanup
+            time.sleep(0.05)
+            cleaned.append(True)
+
+    monkeypatch.setattr("sys.argv", ["stage"])
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stop:
+        cli.run(stage)
+    assert stop.value.code == 143 and cleaned == [True]
+    assert "terminated (SIGTERM): finished outputs are intact" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -20,7 +20,7 @@ from project_copy import project_copy
 import stages.train as train_stage
 import stages.training.runner as runner
 from stages.core.errors import StageError
-from stages.core.run_lock import RunLocked
+from stages.core.run_lock import RunLocked, machine
 from stages.core.run_store import RUN_FILES
 from stages.core.shared_store import MANIFEST, SharedStore, StoreError, read_origin
 
@@ -191,21 +191,27 @@ def test_two_trainers_of_one_run_on_two_workspaces(
     assert not (root / "runs" / run_id).exists()
 
 
-def test_a_lease_of_a_dead_trainer_of_this_host_is_taken_over(tmp_path: Path) -> None:
+def test_a_lease_of_a_dead_trainer_of_this_machine_is_taken_over(tmp_path: Path) -> None:
     """A trainer killed while holding the lease (no release, no renewal) blocks the run only
-    until its lease lapses if it ran on another host; on this one its pid tells at once."""
+    until its lease lapses if it ran on another machine; on this one its pid tells at once. A
+    machine of the same host name (another site, a container: another boot or pid namespace)
+    is another machine."""
     store = SharedStore(str(tmp_path / "store"))
     (tmp_path / "store").mkdir()
     gone = subprocess.Popen(["true"])
     gone.wait()
     alive = subprocess.Popen(["sleep", "30"])
+    here, twin = machine(), f"{socket.gethostname()}/another-boot/another-pid-namespace"
     try:
-        for host, pid, taken_over in (
-            (socket.gethostname(), gone.pid, True),
-            (socket.gethostname(), alive.pid, False),
+        for where, pid, taken_over in (
+            (here, gone.pid, True),
+            (here, alive.pid, False),
+            (twin, gone.pid, False),
             ("elsewhere", gone.pid, False),
         ):
-            lease = {"token": "t", "host": host, "pid": pid, "expires": time.time() + 600}
+            host = where.split("/")[0]
+            lease = {"token": "t", "host": host, "machine": where, "pid": pid,
+                     "expires": time.time() + 600}  # fmt: skip
             (tmp_path / "store" / "r1.lease").write_text(json.dumps(lease))
             if taken_over:
                 with store.lease("r1", EXPERIMENT):

@@ -3,12 +3,15 @@ its content (a hard link, which fails if the name exists, on local disks and on 
 by several machines), holding the host, pid and start time of the trainer, and refreshed (its
 mtime) every ``HEARTBEAT_S`` while it trains. A second trainer of the same run stops with a
 message naming the holder. A lock is stale, and taken over, when its holder is a process of this
-host that no longer exists, or when it has not been refreshed for ``STALE_AFTER_S`` (a holder on
-another machine that died).
+machine that no longer exists, or when it has not been refreshed for ``STALE_AFTER_S`` (a holder
+on another machine that died). "This machine" is the host name, its boot and the pid namespace
+(``machine``): two machines of two sites, or two containers of one host, can share a host name,
+and a pid means something only within one boot and one pid namespace.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -51,9 +54,25 @@ def process_exists(pid: int) -> bool:
     return True
 
 
+@functools.cache
+def machine() -> str:
+    """Where this process's pids are comparable: host name, boot id and pid namespace."""
+    parts = [socket.gethostname()]
+    for read in (
+        lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        lambda: str(os.stat("/proc/self/ns/pid").st_ino),
+    ):
+        try:
+            parts.append(read())
+        except OSError:  # not Linux: the host name alone
+            parts.append("-")
+    return "/".join(parts)
+
+
 def held_on_this_host(holder: dict[str, Any]) -> bool:
-    """Whether a lock's or lease's ``holder`` is a process of this host (its pid can be asked)."""
-    return holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int)
+    """Whether a lock's or lease's ``holder`` is a process of this machine (its pid can be
+    asked). A holder recorded without its machine (an older lock) is not."""
+    return holder.get("machine") == machine() and isinstance(holder.get("pid"), int)
 
 
 def is_stale(path: Path, now: float | None = None) -> bool:
@@ -106,8 +125,8 @@ def run_lock(run_dir: Path, experiment: str) -> Iterator[None]:
     """Hold the lock of the run stored at ``run_dir`` while the block runs."""
     path = lock_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    holder = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
-              "experiment": experiment}  # fmt: skip
+    holder = {"host": socket.gethostname(), "machine": machine(), "pid": os.getpid(),
+              "started": time.time(), "experiment": experiment}  # fmt: skip
     if not _create(path, holder):
         if not is_stale(path):
             raise RunLocked(

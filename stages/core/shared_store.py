@@ -11,8 +11,8 @@ every file against the manifest before the run appears in the local runs folder 
 One writer per run across workspaces: a lease object ``<run_id>.lease`` (holder, token, expiry),
 renewed while training. Object stores have no portable atomic create, so a trainer writes its
 lease, waits ``LEASE_SETTLE_S`` and reads it back: only the writer whose token survived trains.
-A lease held by a dead process of this host is taken over at once; one of another host lapses
-``LEASE_S`` after its last renewal.
+A lease held by a dead process of this machine (``run_lock.machine``) is taken over at once; one
+of another machine lapses ``LEASE_S`` after its last renewal.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from stages.core.atomic import temporary_beside
 from stages.core.data_check import CHUNK, sha256_of
 from stages.core.errors import StageError
-from stages.core.run_lock import RunLocked, held_on_this_host, process_exists
+from stages.core.run_lock import RunLocked, held_on_this_host, machine, process_exists
 
 MANIFEST = "manifest.json"
 ORIGIN = "origin.json"  # local only: where the run came from (not part of the run's files)
@@ -207,8 +207,9 @@ class SharedStore:
                 "rerun after it"
             )
         token = uuid.uuid4().hex
-        lease = {"token": token, "host": socket.gethostname(), "pid": os.getpid(),
-                 "experiment": experiment, "expires": time.time() + LEASE_S}  # fmt: skip
+        lease = {"token": token, "host": socket.gethostname(), "machine": machine(),
+                 "pid": os.getpid(), "experiment": experiment,
+                 "expires": time.time() + LEASE_S}  # fmt: skip
         self.fs.makedirs(self.root, exist_ok=True)
         self.fs.pipe_file(path, json.dumps(lease).encode())
         time.sleep(LEASE_SETTLE_S)
@@ -234,8 +235,8 @@ class SharedStore:
 
 
 def _abandoned(lease: dict[str, Any]) -> bool:
-    """A lease whose holder was a process of this host that no longer exists (killed before it
-    could give the lease back): taken over at once, as the local run lock's dead holder is."""
+    """A lease whose holder was a process of this machine that no longer exists (killed before
+    it could give the lease back): taken over at once, as the local run lock's dead holder is."""
     return held_on_this_host(lease) and not process_exists(lease["pid"])
 
 

@@ -115,7 +115,8 @@ def embed(
             else:
                 outputs = model(**batch, output_hidden_states=needs_hidden_states(pooler))
                 vectors = pool(outputs, batch["attention_mask"], pooler, head)
-            pending.add(idx, vectors.float())
+            # a copy: a pooled vector can be a view ([CLS]) that keeps the batch's states alive
+            pending.add(idx, vectors.to(torch.float32, copy=True))
             if pending.rows >= READBACK_ROWS:
                 pending.read_into(rows, distinct, name)
         pending.read_into(rows, distinct, name)

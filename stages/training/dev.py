@@ -82,7 +82,7 @@ class DevEncoder:
                     vectors = self.model.embed(
                         self.runtime.to_device(ids), self.runtime.to_device(mask), packing
                     )
-                chunks.append(vectors.float())
+                chunks.append(vectors.to(torch.float32, copy=True))  # not a view of the states
         finally:
             encoder.train(was_training)
         out = np.empty((len(order), chunks[0].shape[1]) if chunks else (0, 0), dtype=np.float32)

@@ -19,7 +19,7 @@ from fault_helpers import EVALS, EXPERIMENT, STEPS, assert_same_run, env, make_w
 import stages.train as train_stage
 import stages.training.runner as runner
 from stages.core.params import load_params
-from stages.core.run_lock import STALE_AFTER_S, RunLocked, run_lock
+from stages.core.run_lock import STALE_AFTER_S, RunLocked, machine, run_lock
 from stages.core.run_store import status_rows
 
 pytestmark = pytest.mark.faults
@@ -77,9 +77,11 @@ def dead_pid() -> int:
 
 
 def write_lock(path: Path, host: str, pid: int, started: float) -> None:
+    """A lock as a trainer writes it; one of this host names this machine."""
+    here = host == socket.gethostname()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"host": host, "pid": pid, "started": started,
-                                "experiment": EXPERIMENT}))  # fmt: skip
+    path.write_text(json.dumps({"host": host, "machine": machine() if here else host, "pid": pid,
+                                "started": started, "experiment": EXPERIMENT}))  # fmt: skip
 
 
 def test_a_live_holder_stops_the_stage_and_a_dead_one_is_taken_over(

@@ -215,6 +215,24 @@ def test_the_evaluation_encoder_reads_the_device_once_per_block(
         np.testing.assert_array_equal(vectors, reference)
 
 
+@pytest.mark.parametrize("unpad", [True, False])
+def test_pending_vectors_hold_only_themselves(
+    unpad: bool, tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[CLS] of the padded forward is a view of the batch's states: kept as it is until the
+    read-back, it would keep every pending batch's (batch, length, hidden) states alive."""
+    import stages.modeling.encoder as encoder_module
+
+    kept = []
+    add = encoder_module._PendingVectors.add
+    monkeypatch.setattr(
+        encoder_module._PendingVectors, "add", lambda self, i, v: kept.append(v) or add(self, i, v)
+    )
+    model = encoder("bert", tokenizer).eval()
+    embed(model, tokenizer, SENTENCES, "cls_before_pooler", batch_size=2, unpad=unpad)
+    assert kept and all(v.untyped_storage().nbytes() == v.numel() * 4 for v in kept)
+
+
 def test_packing_of_a_right_padded_mask() -> None:
     mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=bool)
     packing = Packing.from_mask(mask)

@@ -113,6 +113,9 @@ def test_bad_inputs_name_what_is_wrong(params_file, tmp_path):
     corpus.write_bytes(b"fine line\nsecond line\nbad \xff byte\n")
     with pytest.raises(StageError, match=r"corpus .*corpus.txt, line 3: not UTF-8"):
         run_stage(corpus, tmp_path / "t.parquet", params_file)
+    corpus.write_bytes(b"one\rtwo\r\nthree\rbad \xff byte\n")  # lines as split_lines counts
+    with pytest.raises(StageError, match=r"corpus .*corpus.txt, line 4: not UTF-8"):
+        run_stage(corpus, tmp_path / "t.parquet", params_file)
     corpus.write_text("fine line\n", encoding="utf-8")
     with pytest.raises(StageError, match=r"--backbone 'nope'.*defined: bert-base, minilm"):
         run_stage(corpus, tmp_path / "t.parquet", params_file, backbone="nope")
