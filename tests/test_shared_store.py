@@ -223,6 +223,7 @@ def test_a_lease_of_a_dead_trainer_of_this_machine_is_taken_over(tmp_path: Path)
                     pass
     finally:
         alive.kill()
+        alive.wait()
 
 
 def test_no_store_configured_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
