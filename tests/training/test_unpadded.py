@@ -215,6 +215,23 @@ def test_the_evaluation_encoder_reads_the_device_once_per_block(
         np.testing.assert_array_equal(vectors, reference)
 
 
+def test_the_evaluation_encoder_copies_to_a_gpu_without_waiting(monkeypatch) -> None:
+    """A blocking host-to-device copy synchronises the CUDA stream: every batch would wait for
+    the one before it. The encoder's batches and packings go pinned and non-blocking."""
+    import stages.modeling.encoder as encoder_module
+
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
+    monkeypatch.setattr(
+        torch.Tensor, "to", lambda self, device, non_blocking=False: calls.append(non_blocking)
+    )
+    encoder_module._mover(torch.device("cuda"))(np.zeros(3, dtype=np.int64))
+    assert calls == ["pin", True]
+    calls.clear()
+    encoder_module._mover(torch.device("cpu"))(np.zeros(3, dtype=np.int64))
+    assert calls == [False]
+
+
 @pytest.mark.parametrize("unpad", [True, False])
 def test_pending_vectors_hold_only_themselves(
     unpad: bool, tokenizer, monkeypatch: pytest.MonkeyPatch
