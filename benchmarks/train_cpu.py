@@ -34,6 +34,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,17 +87,12 @@ def ours(
 ) -> tuple[list[float], dict[str, Any]]:
     """Step end times and metrics of one run of the stage's training loop. ``around_step(i)``
     (optional) is called before the i-th step (0-based) and once more after the last one."""
-    ends: list[float] = []
-    original = loop._Training._train_step
 
-    def timed(self) -> None:
-        if around_step is not None:
-            around_step(len(ends))
-        original(self)
-        ends.append(time.perf_counter())
+    def numbered(step: Callable[[], None]) -> None:
+        around_step(len(ends))
+        step()
 
-    loop._Training._train_step = timed  # type: ignore[method-assign]
-    try:
+    with timed_steps(numbered if around_step is not None else None) as ends:
         out = Path(tempfile.mkdtemp(dir=workdir))
         job = loop.TrainJob(
             run_id=f"bench-{precision}-{unpad}",
@@ -123,9 +120,30 @@ def ours(
         metrics = loop.train(job, evaluate)
         if around_step is not None:
             around_step(len(ends))
+    return ends, metrics
+
+
+@contextmanager
+def timed_steps(
+    wrap: Callable[[Callable[[], None]], None] | None = None,
+) -> Iterator[list[float]]:
+    """While open, each optimizer step of the stage's training loop appends its end time to the
+    yielded list; ``wrap(step)`` (optional) runs each step (``step()`` does the work)."""
+    ends: list[float] = []
+    original = loop._Training._train_step
+
+    def timed(self) -> None:
+        if wrap is None:
+            original(self)
+        else:
+            wrap(lambda: original(self))
+        ends.append(time.perf_counter())
+
+    loop._Training._train_step = timed  # type: ignore[method-assign]
+    try:
+        yield ends
     finally:
         loop._Training._train_step = original  # type: ignore[method-assign]
-    return ends, metrics
 
 
 def sentence_transformers_recipe(

@@ -59,6 +59,7 @@ from benchmarks.train_cpu import (  # noqa: E402
     load_average,
     sentence_transformers_recipe,
     steady_step_seconds,
+    timed_steps,
 )
 from stages.core.params import BackboneParams, RandomInit, TrainParams  # noqa: E402
 from stages.core.run_store import LOG_FILE  # noqa: E402
@@ -150,21 +151,8 @@ def run(
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    ends: list[float] = []
-    original = loop._Training._train_step
-
-    def timed(self) -> None:
-        if around_step is None:
-            original(self)
-        else:
-            around_step(lambda: original(self))
-        ends.append(time.perf_counter())
-
-    loop._Training._train_step = timed  # type: ignore[method-assign]
-    try:
+    with timed_steps(around_step) as ends:
         metrics = loop.train(job, evaluate)
-    finally:
-        loop._Training._train_step = original  # type: ignore[method-assign]
     seconds = metrics["timing"]["wall_s"]
     corpus = load_tokenized_corpus(
         args.corpus, load_tokenizer(backbone), MAX_LENGTH, workdir / "tokenized"
