@@ -242,7 +242,9 @@ def test_curves_are_autograd_on_the_real_objectives(theta):
     assert abs(cl["angle"][int(cl["value"].arg_max())] - math.pi / 2) < math.radians(3)
 
     z, z_pos = p003.anchor_batch(0.7, 1.1, 64)
-    grad_pos, grad_neg = diagnostics.infonce_gradient_norms(z, z_pos, 0.05)
+    grad_pos, grad_neg = diagnostics.infonce_gradient_norms(
+        diagnostics.view_geometry(z, z_pos), 0.05
+    )
     expected_pos = diagnostics.cl_positive_norm(np.array([0.7]), np.array([[1.1]]), 0.05, 64)
     expected_neg = diagnostics.cl_negative_norms(np.array([0.7]), np.array([[1.1]]), 0.05, 64)
     assert grad_pos[0].item() == pytest.approx(expected_pos[0], rel=1e-9)

@@ -28,7 +28,6 @@ import torch
 
 from stages.objectives.geometry import (
     angle,
-    cosine_matrix,
     mean_off_diagonal,
     normalize,
     off_diagonal,
@@ -39,39 +38,53 @@ from stages.objectives.geometry import (
 # Wang & Isola metrics and batch summaries (torch)
 
 
-def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
+class ViewGeometry(NamedTuple):
+    """A batch's two views normalised once, for every batch summary: unit rows h and h' (at
+    least fp32), their cosine matrix C = h h'^T (row i: anchor i; column i its positive) and
+    the anchors' norms ||z_i||."""
+
+    h: torch.Tensor
+    h_pos: torch.Tensor
+    cos: torch.Tensor
+    norms: torch.Tensor
+
+
+def view_geometry(z: torch.Tensor, z_pos: torch.Tensor) -> ViewGeometry:
+    h, h_pos = normalize(z), normalize(z_pos)
+    return ViewGeometry(h, h_pos, h @ h_pos.T, upcast(z).norm(dim=1))
+
+
+def alignment(views: ViewGeometry, alpha: float = 2.0) -> torch.Tensor:
     """E ||f(x) - f(y)||^alpha over positive pairs (rows), f = l2 normalization."""
-    return (normalize(x) - normalize(y)).norm(dim=1).pow(alpha).mean()
+    return (views.h - views.h_pos).norm(dim=1).pow(alpha).mean()
 
 
-def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
-    """log E_{i<j} e^{-t ||f(x_i) - f(x_j)||^2}."""
-    return torch.pdist(normalize(x)).pow(2).mul(-t).exp().mean().log()
+def uniformity(views: ViewGeometry, t: float = 2.0) -> torch.Tensor:
+    """log E_{i<j} e^{-t ||f(x_i) - f(x_j)||^2} over the anchors."""
+    return torch.pdist(views.h).pow(2).mul(-t).exp().mean().log()
 
 
-def mean_angles_deg(z: torch.Tensor, z_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def mean_angles_deg(views: ViewGeometry) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean anchor-positive angle and mean anchor-negative angle (all in-batch negatives)."""
-    degrees = torch.rad2deg(angle(cosine_matrix(z, z_pos)))
+    degrees = torch.rad2deg(angle(views.cos))
     return degrees.diagonal().mean(), mean_off_diagonal(degrees)
 
 
-def euclidean_gap(z: torch.Tensor, z_pos: torch.Tensor) -> torch.Tensor:
+def euclidean_gap(views: ViewGeometry) -> torch.Tensor:
     """d (Nie et al. Fig. 3): mean_i [mean_{j != i} ||h_i - h'_j|| - ||h_i - h'_i||]."""
-    dist = (2 - 2 * cosine_matrix(z, z_pos)).clamp_min(0).sqrt()
+    dist = (2 - 2 * views.cos).clamp_min(0).sqrt()
     n = dist.size(0)
     mean_negative = (dist.sum(1) - dist.diagonal()) / (n - 1)
     return (mean_negative - dist.diagonal()).mean()
 
 
-def infonce_gradient_norms(
-    z: torch.Tensor, z_pos: torch.Tensor, tau: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+def infonce_gradient_norms(views: ViewGeometry, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per anchor, ||grad^pos|| and ||sum_j grad^neg_j|| of l_i = InfoNCE w.r.t. z_i (eq. 6):
     grad^pos = -(1 - p_ii)/tau (h'_i - h_i)(I - h_i h_i^T)/||z_i||,
     grad^neg_j = -p_ij/tau (h_i - h'_j)(I - h_i h_i^T)/||z_i||, p = row softmax of C / tau."""
-    h, h_pos = normalize(z), normalize(z_pos)
-    p = torch.softmax(h @ h_pos.T / tau, dim=1)
-    scale = 1 / (tau * upcast(z).norm(dim=1))
+    h, h_pos = views.h, views.h_pos
+    p = torch.softmax(views.cos / tau, dim=1)
+    scale = 1 / (tau * views.norms)
 
     def tangent_norm(v: torch.Tensor) -> torch.Tensor:  # ||v (I - h_i h_i^T)||, row-wise
         return (v - (v * h).sum(-1, keepdim=True) * h).norm(dim=1)
@@ -85,16 +98,17 @@ def infonce_gradient_norms(
 @torch.no_grad()
 def batch_diagnostics(z: torch.Tensor, z_pos: torch.Tensor, tau: float) -> dict[str, torch.Tensor]:
     """Cheap per-step summaries of a training batch (detached 0-d tensors, no host sync),
-    computed in at least fp32 even under autocast."""
+    computed in at least fp32 even under autocast, from one normalisation of each view."""
     with torch.autocast(device_type=z.device.type, enabled=False):
-        pos_angle, neg_angle = mean_angles_deg(z, z_pos)
-        grad_pos, grad_neg = infonce_gradient_norms(z, z_pos, tau)
+        views = view_geometry(z, z_pos)
+        pos_angle, neg_angle = mean_angles_deg(views)
+        grad_pos, grad_neg = infonce_gradient_norms(views, tau)
         return {
-            "alignment": alignment(z, z_pos),
-            "uniformity": uniformity(z),
+            "alignment": alignment(views),
+            "uniformity": uniformity(views),
             "pos_angle_deg": pos_angle,
             "neg_angle_deg": neg_angle,
-            "euclidean_gap": euclidean_gap(z, z_pos),
+            "euclidean_gap": euclidean_gap(views),
             "infonce_grad_pos": grad_pos.mean(),
             "infonce_grad_neg": grad_neg.mean(),
         }

@@ -77,5 +77,7 @@ def test_gradient_norms_are_paper003_eq6():
     torch.testing.assert_close(norms.diagonal(), positive, rtol=1e-9, atol=1e-14)
     negative = diagnostics.cl_negative_norms(theta_pos, theta_neg, tau) / scale[:, None]
     torch.testing.assert_close(norms.gather(1, columns), negative, rtol=1e-9, atol=1e-14)
-    batch_positive, _ = diagnostics.infonce_gradient_norms(z.detach(), z_pos.detach(), tau)
+    batch_positive, _ = diagnostics.infonce_gradient_norms(
+        diagnostics.view_geometry(z.detach(), z_pos.detach()), tau
+    )
     torch.testing.assert_close(batch_positive, positive, rtol=1e-9, atol=1e-14)

@@ -20,8 +20,11 @@ def test_alignment_and_uniformity_are_wang_isola():
     n = len(h)
     align = np.mean([np.sum((h[i] - h_pos[i]) ** 2) for i in range(n)])
     pairs = [math.exp(-2 * np.sum((h[i] - h[j]) ** 2)) for i in range(n) for j in range(i + 1, n)]
-    assert diagnostics.alignment(z, z_pos).item() == pytest.approx(align, rel=1e-12)
-    assert diagnostics.uniformity(z).item() == pytest.approx(math.log(np.mean(pairs)), rel=1e-12)
+    geometry = diagnostics.view_geometry(z, z_pos)
+    assert diagnostics.alignment(geometry).item() == pytest.approx(align, rel=1e-12)
+    assert diagnostics.uniformity(geometry).item() == pytest.approx(
+        math.log(np.mean(pairs)), rel=1e-12
+    )
 
 
 def test_mean_angles_and_euclidean_gap():
@@ -29,7 +32,8 @@ def test_mean_angles_and_euclidean_gap():
     h, h_pos = numpy_unit(z), numpy_unit(z_pos)
     n = len(h)
     theta = np.degrees(np.arccos(np.clip(h @ h_pos.T, -1, 1)))
-    pos, neg = diagnostics.mean_angles_deg(z, z_pos)
+    geometry = diagnostics.view_geometry(z, z_pos)
+    pos, neg = diagnostics.mean_angles_deg(geometry)
     assert pos.item() == pytest.approx(np.mean(np.diag(theta)), rel=1e-9)
     assert neg.item() == pytest.approx(np.mean(theta[~np.eye(n, dtype=bool)]), rel=1e-9)
     gaps = [
@@ -37,7 +41,7 @@ def test_mean_angles_and_euclidean_gap():
         - np.linalg.norm(h[i] - h_pos[i])
         for i in range(n)
     ]
-    assert diagnostics.euclidean_gap(z, z_pos).item() == pytest.approx(np.mean(gaps), rel=1e-9)
+    assert diagnostics.euclidean_gap(geometry).item() == pytest.approx(np.mean(gaps), rel=1e-9)
 
 
 def test_infonce_negative_gradient_norm_is_the_summed_negatives():
@@ -49,7 +53,9 @@ def test_infonce_negative_gradient_norm_is_the_summed_negatives():
     negatives = cosine_matrix(anchors_for_negatives, z_pos.detach())
     logits = torch.diagonal_scatter(negatives, positives)
     (g,) = torch.autograd.grad(cross_entropy_per_anchor(logits / tau).sum(), anchors_for_negatives)
-    _, negative = diagnostics.infonce_gradient_norms(z.detach(), z_pos.detach(), tau)
+    _, negative = diagnostics.infonce_gradient_norms(
+        diagnostics.view_geometry(z.detach(), z_pos.detach()), tau
+    )
     torch.testing.assert_close(negative, g.norm(dim=1), rtol=1e-9, atol=1e-14)
 
 
