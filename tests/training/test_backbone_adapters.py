@@ -21,6 +21,7 @@ from train_helpers import SENTENCES, make_job, padded_batch
 from transformers import AutoConfig
 
 from stages.core.params import POOLERS, BackboneParams, RandomInit
+from stages.modeling import unpadded
 from stages.modeling.backbone import load_backbone
 from stages.modeling.backbone_adapters import ADAPTERS, adapter_for
 from stages.modeling.dropout import FAST_DROPOUT_SDPA, use_fast_dropout
@@ -321,6 +322,38 @@ def test_with_dropout_on_and_one_seed_unpadded_training_equals_padded(
     assert_same(runs[1], runs[0])
     torch.manual_seed(8)  # another seed: other masks, so dropout is really on
     assert not torch.allclose(model.embed(ids, mask), runs[0][0])
+
+
+@pytest.mark.parametrize("fast_dropout", [False, True], ids=["nn.Dropout", "FastDropout"])
+@pytest.mark.parametrize(("model_type", "implementation"), PACKED_CASES)
+def test_the_gpu_way_of_unpadded_dropout_equals_the_padded_forward_bitwise(
+    model_type: str,
+    implementation: str,
+    fast_dropout: bool,
+    backbones,
+    tokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU the packed forward runs each dropout module on its rows scattered into the
+    padded layout (``padded_dropout``); taken here on the CPU, its outputs and gradients equal
+    the padded forward's, and the CPU way's, exactly."""
+    encoder = load_backbone(backbones[model_type], dropout=0.1, attn_implementation=implementation)
+    if fast_dropout:
+        use_fast_dropout(encoder)
+    encoder.train()
+    ids, mask = padded_batch(tokenizer)
+    model = ContrastiveModel(encoder, "mean")
+    runs = {}
+    for launch_bound in (False, True):
+        monkeypatch.setattr(unpadded, "_launch_bound", lambda device, bound=launch_bound: bound)
+        torch.manual_seed(7)
+        runs[launch_bound] = output_and_grads(encoder, lambda: model.embed(ids, mask))
+    torch.manual_seed(7)
+    padded = output_and_grads(encoder, lambda: reference(encoder, ids, mask, "mean"))
+    assert_same(runs[True], padded)
+    (out_gpu_way, grads_gpu_way), (out_cpu_way, grads_cpu_way) = runs[True], runs[False]
+    assert torch.equal(out_gpu_way, out_cpu_way)
+    assert all(torch.equal(grads_gpu_way[k], grads_cpu_way[k]) for k in grads_cpu_way)
 
 
 @pytest.mark.parametrize("model_type", WITHOUT_POOLER)

@@ -16,12 +16,9 @@ from stages.modeling.backbone import load_backbone
 from stages.modeling.dropout import (
     FAST_DROPOUT_SDPA,
     FastDropout,
-    apply_dropout_mask,
     cpu_keep_mask,
     dropout_mask,
     fast_dropout_attention,
-    fused_dropout_product,
-    fused_dropout_scale,
     use_fast_dropout,
 )
 from stages.training.parts import load_encoder
@@ -109,49 +106,14 @@ def test_keeps_the_input_dtype_and_scales_as_f_dropout_does_in_it() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_a_drawn_mask_applies_as_dropout_on_the_cpu_does(dtype: torch.dtype) -> None:
-    """The unpadded forward multiplies by ``dropout_mask``'s draw; on the CPU that equals torch's
+    """On the CPU the unpadded forward multiplies by ``dropout_mask``'s draw; that equals torch's
     dropout on the same tensor, whose mask is scaled in the input's dtype."""
     x = torch.randn(64, 48).to(dtype)
     torch.manual_seed(3)
     theirs = F.dropout(x, 0.1, training=True)
     torch.manual_seed(3)
-    ours = apply_dropout_mask(x, dropout_mask(nn.Dropout(0.1), tuple(x.shape), x), 0.1)
+    ours = x * dropout_mask(nn.Dropout(0.1), tuple(x.shape), x)
     assert torch.equal(ours, theirs)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_the_fused_kernels_arithmetic_keeps_half_precision_dropout_unbiased(
-    dtype: torch.dtype,
-) -> None:
-    """CUDA's fused dropout (the padded forward on a GPU) scales in float32 and rounds once; the
-    unpadded forward reproduces that from a 0/1 mask, where multiplying by the half-precision
-    mask F.dropout returns would shrink every kept value by bf16(1/0.9)·0.9 = 0.9984."""
-    x = (torch.rand(1 << 16) + 0.5).to(dtype)
-    keep = torch.rand(x.shape) > 0.1
-    out = fused_dropout_product(x, keep, 0.1)
-    assert out.dtype == dtype and torch.equal(out[~keep], torch.zeros_like(out[~keep]))
-    expected = (x.double() * keep / (1 - 0.1)).to(dtype)  # exact product, rounded once
-    assert (out != expected).float().mean() < 1e-3  # float32 vs exact: rare last-bit ties
-    ratio = (out[keep].double() / x[keep].double()).mean().item()
-    assert ratio == pytest.approx(1 / 0.9, rel=2e-4)
-    if dtype == torch.bfloat16:
-        quantised = x * F.dropout(torch.ones_like(x), 0.1, training=True).clamp(min=1)
-        assert (quantised.double() / x.double()).mean().item() < 1 / 0.9 - 1e-3
-
-
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_the_fused_kernels_arithmetic_compiles_into_one_graph(dynamic: bool) -> None:
-    """``train.compile`` (``dynamic=True``) traces the unpadded forward, this product included,
-    with p possibly symbolic (on an H200, torch 2.11 failed on it first with a RecursionError in
-    ``struct``, then on a symbolic p). Traced and eager give the same bits for every rate."""
-    assert fused_dropout_scale(0.1) == 1.1111111640930176  # float32(1 / float32(0.9))
-    x = (torch.rand(1 << 10) + 0.5).to(torch.bfloat16)
-    compiled = torch.compile(
-        fused_dropout_product, backend="eager", fullgraph=True, dynamic=dynamic
-    )
-    for p in (0.1, 0.05, 0.3, 1 / 3):
-        keep = torch.rand(x.shape) > p
-        assert torch.equal(compiled(x, keep, p), fused_dropout_product(x, keep, p)), p
 
 
 def test_use_fast_dropout_replaces_every_dropout_keeping_rates_and_weights() -> None:
