@@ -38,8 +38,8 @@ class EmbeddingCache:
         path = self.path(task)
         if not path.is_file():
             return None
-        try:
-            with np.load(path) as stored:
+        try:  # the file opened here: np.load leaves its own handle open when the archive is damaged
+            with path.open("rb") as file, np.load(file) as stored:
                 if str(stored["texts_sha256"]) != texts_digest(texts):
                     return None
                 return stored["embeddings"]

@@ -122,8 +122,8 @@ def read_cached_rows(cached: Path) -> TokenRows | None:
     """The rows stored in ``cached``, or None, with a warning naming it, if it cannot be read
     (truncated, damaged): it is a cache, so the corpus is tokenised again and the file
     rewritten."""
-    try:
-        with np.load(cached) as stored:
+    try:  # the file opened here: np.load leaves its own handle open when the archive is damaged
+        with cached.open("rb") as file, np.load(file) as stored:
             return TokenRows(stored["ids"], stored["offsets"])
     except UNREADABLE_NPZ as err:
         warnings.warn(
