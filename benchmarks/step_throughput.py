@@ -1,10 +1,10 @@
-"""Calibrate stages/estimates.py: measured seconds per SimCSE training step on this machine.
+"""Calibrate stages/core/estimates.py: measured seconds per SimCSE training step on this machine.
 
     python -m benchmarks.step_throughput [--device cpu|cuda] [--steps 10]
 
 Times full training steps (two dropout views through a randomly initialised BERT encoder,
 InfoNCE, backward, AdamW) for several encoder sizes, then fits the cost model of
-stages/estimates.py, seconds = overhead + FLOPs / rate, by least squares. The fitted rate and
+stages/core/estimates.py, seconds = overhead + FLOPs / rate, by least squares. The fitted rate and
 per-step overhead are what a ``Hardware`` entry holds; the per-size rows show how well the
 model fits. Writes benchmarks/results/step_throughput_<device>.json.
 """
@@ -24,7 +24,7 @@ import transformers
 from transformers import BertConfig, BertModel
 
 from stages.core.estimates import Architecture, train_step_flops
-from stages.objectives.infonce import infonce_loss
+from stages.objectives.infonce import InfoNCE
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # (layers, hidden, batch): from the smoke preset's size up to what two CPU cores time in seconds
@@ -46,11 +46,12 @@ def time_steps(arch: Architecture, batch: int, device: str, steps: int) -> float
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5)
     ids = torch.randint(1000, VOCAB, (batch, SEQ_LEN), device=device)
     autocast = torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda")
+    infonce = InfoNCE(name="infonce", tau=0.05)
 
     def step() -> None:
         with autocast:
             cls = model(input_ids=torch.cat([ids, ids])).last_hidden_state[:, 0]
-        loss = infonce_loss(cls[:batch], cls[batch:], tau=0.05)
+        loss = infonce(cls[:batch], cls[batch:], tau=0.05, triplets=None).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
