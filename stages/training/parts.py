@@ -190,7 +190,10 @@ def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
         ),
         job.backbone_name,
     )
-    use_fast_dropout(encoder)
+    if not train.compile:
+        # FastDropout draws its CPU masks with an in-place random_, where torch.compile breaks
+        # the graph at every dropout; compiled, the backbone's own dropout is traced instead
+        use_fast_dropout(encoder)
     if train.pooler == "cls":
         reset_mlp_head(encoder, job.seed)
     else:
