@@ -37,10 +37,10 @@ def edit(root: Path, path: Path, old: str, new: str) -> None:
     (root / path).write_text(text.replace(old, new, 1))
 
 
-def planned_snakemake_jobs(root: Path) -> set[str]:
+def planned_snakemake_jobs(root: Path, *extra: str) -> set[str]:
     """What `snakemake` would run now, named as the job graph names its jobs: 'stage' or
     'stage:key' (the generic `evaluate` rule's job is '<evaluation>:<experiment>'; a dry run)."""
-    out = snakemake(root, "-n")
+    out = snakemake(root, "-n", *extra)
     jobs = set()
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         head = re.match(r"(?:local)?rule (\w+):", block)
@@ -73,6 +73,14 @@ def workspaces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     snakemake(roots["snakemake"])
     dvc_repro(roots["dvc"])
     return roots
+
+
+def test_the_same_params_from_another_file_rerun_nothing(workspaces: dict[str, Path]) -> None:
+    """Which file holds the params (`--config params=presets/x.yaml`) is not part of any job:
+    switching to a file with the same content plans nothing (it used to rerun every job)."""
+    root = workspaces["snakemake"]
+    (root / "params_copy.yaml").write_text((root / "params.yaml").read_text())
+    assert planned_snakemake_jobs(root, "--config", "params=params_copy.yaml") == set()
 
 
 def test_a_comment_in_an_objective_reruns_nothing(workspaces: dict[str, Path]) -> None:

@@ -16,4 +16,9 @@ try:
 except ParamsError as err:
     raise WorkflowError(str(err)) from None
 
+# " --params FILE" in the shell lines, as a global rather than a rule param: Snakemake reruns a
+# job whose params changed, and which file holds the params (presets/a.yaml or presets/b.yaml)
+# changes nothing a job computes; its `fingerprint` param covers what does.
+PARAMS_ARG = JOBS.params_arg
+
 PIPELINE_ENV = "../envs/pipeline.yaml"

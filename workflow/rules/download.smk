@@ -6,10 +6,9 @@ rule download_corpus:
     conda:
         PIPELINE_ENV
     params:
-        args=JOBS.params_arg,
         fingerprint=JOBS.fingerprint("download", "corpus"),
     shell:
-        "python -m stages.download corpus{params.args} 2>&1 | tee {log}"
+        "python -m stages.download corpus{PARAMS_ARG} 2>&1 | tee {log}"
 
 
 rule download_senteval:
@@ -20,10 +19,9 @@ rule download_senteval:
     conda:
         PIPELINE_ENV
     params:
-        args=JOBS.params_arg,
         fingerprint=JOBS.fingerprint("download", "senteval"),
     shell:
-        "python -m stages.download senteval{params.args} 2>&1 | tee {log}"
+        "python -m stages.download senteval{PARAMS_ARG} 2>&1 | tee {log}"
 
 
 rule download_sts_raw:
@@ -34,7 +32,6 @@ rule download_sts_raw:
     conda:
         PIPELINE_ENV
     params:
-        args=JOBS.params_arg,
         fingerprint=JOBS.fingerprint("download", "sts_raw"),
     shell:
-        "python -m stages.download sts_raw{params.args} 2>&1 | tee {log}"
+        "python -m stages.download sts_raw{PARAMS_ARG} 2>&1 | tee {log}"

@@ -13,7 +13,6 @@ rule evaluate:
     conda:
         PIPELINE_ENV
     params:
-        args=JOBS.params_arg,
         on_gpu=JOBS.on_gpu,
         module=JOBS.module("{evaluation}", wildcard="experiment"),
         fingerprint=JOBS.fingerprint("{evaluation}", wildcard="experiment"),
@@ -22,4 +21,4 @@ rule evaluate:
         runtime=JOBS.runtime("{evaluation}", wildcard="experiment"),
     shell:
         "{params.on_gpu} python -m {params.module} --experiment {wildcards.experiment:q}"
-        "{params.args} 2>&1 | tee {log}"
+        "{PARAMS_ARG} 2>&1 | tee {log}"

@@ -9,10 +9,9 @@ rule report:
     conda:
         PIPELINE_ENV
     params:
-        args=JOBS.params_arg,
         fingerprint=JOBS.fingerprint("report"),
     shell:
-        "python -m stages.report{params.args} 2>&1 | tee {log}"
+        "python -m stages.report{PARAMS_ARG} 2>&1 | tee {log}"
 
 
 rule figures:
@@ -23,7 +22,6 @@ rule figures:
     conda:
         PIPELINE_ENV
     params:
-        args=JOBS.params_arg,
         fingerprint=JOBS.fingerprint("figures"),
     shell:
-        "python -m stages.figures --out {output}{params.args} 2>&1 | tee {log}"
+        "python -m stages.figures --out {output}{PARAMS_ARG} 2>&1 | tee {log}"

@@ -10,11 +10,10 @@ rule train:
     conda:
         PIPELINE_ENV
     params:
-        args=JOBS.params_arg,
         on_gpu=JOBS.on_gpu,
         fingerprint=JOBS.fingerprint("train", wildcard="experiment"),
     resources:
         gpu=1,
         runtime=JOBS.runtime("train", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m stages.train {wildcards.experiment:q}{params.args} 2>&1 | tee {log}"
+        "{params.on_gpu} python -m stages.train {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | tee {log}"

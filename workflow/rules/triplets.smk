@@ -9,10 +9,9 @@ rule triplets:
     conda:
         PIPELINE_ENV
     params:
-        args=JOBS.params_arg,
         backbone=lambda w: JOBS.triplets_source(w).backbone,
         method=lambda w: JOBS.triplets_source(w).method,
         fingerprint=JOBS.fingerprint("triplets", wildcard="triplets_id"),
     shell:
         "python -m stages.triplets --backbone {params.backbone} --method {params.method:q}"
-        " --corpus {input.corpus} --output {output.triplets}{params.args} 2>&1 | tee {log}"
+        " --corpus {input.corpus} --output {output.triplets}{PARAMS_ARG} 2>&1 | tee {log}"
