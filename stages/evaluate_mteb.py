@@ -72,7 +72,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "mteb",
         args,
         params,
-        lambda encoder, out: evaluate_encoder(encoder, label, settings, native_results_dir(out)),
+        lambda encoder, out: evaluate_encoder(
+            encoder, label, settings, native_results_dir(out), params_file=args.params
+        ),
         # the matrix's own evaluation (settings as params give them) is stored under its id
         as_planned=bool(args.experiment) and params is not None and settings == planned,
         batch_size=settings.batch_size,
@@ -85,10 +87,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def evaluate_encoder(
-    encoder: SentenceEncoder, label: str, settings: MtebParams, native_dir: Path | None = None
+    encoder: SentenceEncoder,
+    label: str,
+    settings: MtebParams,
+    native_dir: Path | None = None,
+    params_file: str | None = None,
 ) -> dict[str, Any]:
     """The MTEB results of ``encoder`` under ``settings`` (expected failures: StageError); with
-    ``native_dir``, also in mteb's own results layout there (``native_results.py``)."""
+    ``native_dir``, also in mteb's own results layout there (``native_results.py``);
+    ``params_file`` names the data source in the message of local data gone bad."""
     # Imported here, not at the top: a stage that reuses its stored result loads no torch or mteb.
     from stages.modeling.encoder import EncoderError
     from stages.mteb_protocol.evaluate import LocalData, NoTaskEvaluated, evaluate_mteb
@@ -108,7 +115,8 @@ def evaluate_encoder(
                 p
                 for t in fed
                 for p in local_paths(t, local.source, local.sts_raw_dir, local.senteval_dir)
-            )
+            ),
+            params_file=params_file,
         )
     model = MtebEncoder(encoder, label, normalize=settings.normalize)
     try:

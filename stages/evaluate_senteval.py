@@ -92,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except DataFormatError as err:
         raise StageError(str(err)) from None
     downstream = Path(data_dir) / "downstream"
-    verify_workspace_data(*(downstream / TASK_FOLDERS[task] for task in settings.tasks))
+    verify_workspace_data(
+        *(downstream / TASK_FOLDERS[task] for task in settings.tasks), params_file=args.params
+    )
     # the matrix's own evaluation (no command-line overrides) is stored under its id
     as_planned = args.experiment and not any(
         (args.tasks, args.mode, args.batch_size, args.data_dir, args.output, args.no_cache)

@@ -115,7 +115,7 @@ def obtain(
     stop = cpu_guard(params, params_file)
     if stop:
         raise StageError(stop)
-    verify_workspace_data(run.corpus, layout.DATA / STSB_DEV)
+    verify_workspace_data(run.corpus, layout.DATA / STSB_DEV, params_file=params_file)
     from stages.training.runner import train_run  # torch: only when there is work to do
 
     if not main_process:

@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.method is not None and args.method not in params.methods:
         raise StageError(f"--method {args.method!r}: not in {args.params}")
     settings = params.triplets_for(args.method) if args.method else params.triplets
-    verify_workspace_data(Path(args.corpus))
+    verify_workspace_data(Path(args.corpus), params_file=args.params)
     lines, corpus_sha256 = read_corpus(args.corpus)
     try:
         loaded = load_tokenizer(backbone, args.backbone)

@@ -66,10 +66,13 @@ def folder_digest(folder: Path) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
-def verify_data(*data_paths: str, data: Path = layout.DATA) -> None:
+def verify_data(
+    *data_paths: str, data: Path = layout.DATA, params_file: str | Path | None = None
+) -> None:
     """Check every manifest file at or under ``data_paths`` (relative to ``data``, e.g.
     'corpus/wiki1m.txt' or 'senteval'): present and with its sha256. A mismatch stops the stage,
-    naming the file, both hashes and the command that restores it, before anything is read."""
+    naming the file, both hashes and the command that restores it (from ``params_file``'s data
+    source), before anything is read."""
     expected: dict[Path, tuple[str, str]] = {}
     for name, dataset in load_manifest().datasets.items():
         for entry in dataset.files:
@@ -80,7 +83,7 @@ def verify_data(*data_paths: str, data: Path = layout.DATA) -> None:
         name = expected[missing[0]][1]
         raise StageError(
             f"{missing[0]} is missing ({len(missing)} file(s) of the manifest): restore it with "
-            f"`python -m stages.download {download_argument(name)}`"
+            f"`{restore_command(name, params_file)}`"
         )
     actual = cached_sha256(list(expected))
     for path, (sha, name) in expected.items():
@@ -89,11 +92,11 @@ def verify_data(*data_paths: str, data: Path = layout.DATA) -> None:
             raise StageError(
                 f"{path} changed after download: sha256 {actual[path]}, the manifest says {sha}. "
                 f"Nothing was computed from it. Restore it: delete {output} and run "
-                f"`python -m stages.download {download_argument(name)}`"
+                f"`{restore_command(name, params_file)}`"
             )
 
 
-def verify_workspace_data(*paths: Path) -> None:
+def verify_workspace_data(*paths: Path, params_file: str | Path | None = None) -> None:
     """``verify_data`` for the files or folders a stage is about to read, where they lie in the
     workspace's data/ (a folder of the user's own outside data/ is not the manifest's)."""
     data = layout.DATA.resolve()
@@ -104,9 +107,11 @@ def verify_workspace_data(*paths: Path) -> None:
         except ValueError:
             continue
     if relative:
-        verify_data(*relative)
+        verify_data(*relative, params_file=params_file)
 
 
-def download_argument(dataset: str) -> str:
-    """The download stage's argument for a dataset (every corpus is `corpus`)."""
-    return "corpus" if dataset.startswith("wiki1m") else dataset
+def restore_command(dataset: str, params_file: str | Path | None) -> str:
+    """The download stage's command for ``dataset`` (every corpus is `corpus`) from
+    ``params_file``'s data source."""
+    argument = "corpus" if dataset.startswith("wiki1m") else dataset
+    return f"python -m stages.download {argument}{layout.params_flag(params_file)}"

@@ -25,6 +25,7 @@ import yaml
 from stages.core import layout
 from stages.core.code_identity import code_files, code_identity
 from stages.core.evaluations import EVALUATIONS, output_file
+from stages.core.layout import params_flag
 from stages.core.params import DEFAULT_PARAMS, Params, load_params
 from stages.core.runs import (
     FIGURES_CODE,
@@ -48,11 +49,6 @@ DVC_HEADER = (
     "# every source file and writes each stage's code manifest (cache/code/), which the stage\n"
     "# depends on (docs/identity.md).\n"
 )
-
-
-def params_flag(params_file: str) -> str:
-    """`` --params FILE`` unless it is the default params.yaml."""
-    return "" if params_file == str(DEFAULT_PARAMS) else f" --params {params_file}"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 DATA = Path("data")
+DEFAULT_PARAMS = Path("params.yaml")
 # Runs are content-addressed, so one store can serve several checkouts, machines and DVC's
 # queued experiments (which run in temporary copies of the repo): point CSE_RUNS_DIR at a
 # folder on shared storage (docs/scale-out.md).
@@ -19,6 +20,13 @@ RUNS = Path(os.environ.get("CSE_RUNS_DIR", "runs"))
 EXPERIMENTS = Path("experiments")
 REPORTS = Path("reports")
 CACHE = Path("cache")
+
+
+def params_flag(params_file: str | Path | None) -> str:
+    """`` --params FILE`` for a stage's command line, unless it is the default params.yaml."""
+    if params_file is None or str(params_file) == str(DEFAULT_PARAMS):
+        return ""
+    return f" --params {params_file}"
 
 
 def corpus_file(corpus: str) -> Path:

@@ -37,12 +37,12 @@ from stages.core.evaluations import (
     MtebParams,
     SentEvalParams,
 )
+from stages.core.layout import DEFAULT_PARAMS
 from stages.core.objective_settings import SETTINGS_BY_NAME, ObjectiveConfig
 from stages.core.shared_store import url_problem
 from stages.core.sweeps import GridError, expand_grids
 from stages.core.temperature_settings import TemperatureSchedule
 
-DEFAULT_PARAMS = Path("params.yaml")
 # Names that become parts of file paths and of experiment names: keep them path- and CLI-safe.
 Key = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]

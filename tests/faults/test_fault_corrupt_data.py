@@ -118,6 +118,21 @@ def test_train_stops_on_damaged_data_and_the_named_restore_works(
     verify_workspace_data(Path(CORPUS_FILE), Path(STSB_DEV))  # what train checks: passes again
 
 
+def test_the_restore_command_names_the_params_file_in_use(workspace: Path) -> None:
+    """Run from another params file (a preset), the message's download command reads that file:
+    the default params.yaml may name another data source (the remote one, or another corpus)."""
+    Path("presets").mkdir()
+    Path("params.yaml").rename("presets/local.yaml")
+    truncate(Path(CORPUS_FILE))
+    with pytest.raises(StageError) as err:
+        train_stage.main([EXPERIMENT, "--params", "presets/local.yaml"])
+    restore = "python -m stages.download corpus --params presets/local.yaml"
+    assert f"delete {CORPUS_FILE} and run `{restore}`" in str(err.value)
+    Path(CORPUS_FILE).unlink()
+    download.main(["corpus", "--params", "presets/local.yaml"])
+    assert sha(Path(CORPUS_FILE)) == manifest_sha(CORPUS_FILE)
+
+
 def test_senteval_stops_on_changed_sts12_gold_scores(workspace: Path) -> None:
     damage = Path(STS12_GOLD)
     change_gold_scores(damage)
