@@ -95,10 +95,12 @@ def run(main: Callable[[Sequence[str] | None], object]) -> None:
         sys.exit(2)
     except (KeyboardInterrupt, Terminated) as stop:
         terminated = isinstance(stop, Terminated)
+        # what the stage cut short says itself, as a note on the exception (the train stage:
+        # which run folder is kept and the checkpoint a rerun resumes from)
+        kept = "; ".join(getattr(stop, "__notes__", ())) or "a rerun redoes what was cut short"
         print(
             f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: finished outputs are "
-            "intact and nothing cut short looks finished; an unfinished training run stays in "
-            "runs/<run_id>.partial, and a rerun resumes it from its last checkpoint",
+            f"intact and nothing cut short looks finished; {kept}",
             file=sys.stderr,
         )
         sys.exit(128 + signal.SIGTERM if terminated else 130)

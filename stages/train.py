@@ -131,9 +131,26 @@ def obtain(
         if store is not None and store.manifest(run.run_id) is not None:  # finished meanwhile
             store.fetch(run.run_id, run.run_dir)
             return
-        train_run(run, params)
+        try:
+            train_run(run, params)
+        except (KeyboardInterrupt, cli.Terminated) as stop:
+            stop.add_note(_resumption(run))
+            raise
         if store is not None:
             store.publish(run.run_id, run.run_dir, run.name)
+
+
+def _resumption(run: Run) -> str:
+    """What an interrupted training run leaves for its rerun."""
+    from stages.training.resume import latest_checkpoint
+
+    checkpoint = latest_checkpoint(run.partial_dir)
+    if checkpoint is None:
+        return f"run {run.run_id} ({run.name}) had no checkpoint yet: a rerun starts it afresh"
+    return (
+        f"run {run.run_id} ({run.name}) stays unfinished in {run.partial_dir}; a rerun resumes "
+        f"it from {checkpoint.name}"
+    )
 
 
 if __name__ == "__main__":

@@ -60,18 +60,28 @@ def test_other_os_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch) -
 def test_an_interrupt_says_what_is_kept(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A training run's .partial folder is kept for resuming, not discarded."""
+    """What the stage cut short says itself (a note on the exception); without one, a rerun
+    redoes it. Nothing names a placeholder."""
 
     def interrupted(argv: object) -> None:
         raise KeyboardInterrupt
 
+    def interrupted_training(argv: object) -> None:
+        stop = KeyboardInterrupt()
+        stop.add_note("run 0123 (x) stays unfinished in runs/0123.partial; a rerun resumes it")
+        raise stop
+
     monkeypatch.setattr("sys.argv", ["stage"])
-    with pytest.raises(SystemExit) as stop:
-        cli.run(interrupted)
-    assert stop.value.code == 130
-    err = capsys.readouterr().err
-    assert "discarded" not in err
-    assert "an unfinished training run stays in runs/<run_id>.partial, and a rerun resumes" in err
+    for stage, kept in (
+        (interrupted, "a rerun redoes what was cut short"),
+        (interrupted_training, "run 0123 (x) stays unfinished in runs/0123.partial; a rerun"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            cli.run(stage)
+        assert stop.value.code == 130
+        err = capsys.readouterr().err
+        assert f"nothing cut short looks finished; {kept}" in err
+        assert "<" not in err and "discarded" not in err
 
 
 def test_sigterm_is_not_swallowed_and_a_second_one_does_not_cut_the_cleanup_short(

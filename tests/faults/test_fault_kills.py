@@ -86,6 +86,10 @@ def test_training_terminated_gives_its_lock_back_says_so_and_resumes(
         signal="SIGTERM", returncode=143,
     )  # fmt: skip
     assert "terminated (SIGTERM): finished outputs are intact" in result.stderr
+    assert (
+        f"run {rid} ({EXPERIMENT}) stays unfinished in runs/{rid}.partial; a rerun resumes it "
+        f"from checkpoint-{CHECKPOINTS[0]}" in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert not (root / "runs" / f"{rid}.lock").exists()
     assert (root / "runs" / f"{rid}.partial").is_dir() and not (root / "runs" / rid).exists()
