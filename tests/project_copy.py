@@ -43,7 +43,7 @@ Shape = dict[tuple[str, ...], tuple[str, tuple[str, ...]]]
 def stage_command(shell: str) -> str:
     """The stage command of a rendered Snakemake shell line: without the GPU slot wrapper in
     front and the log redirection behind."""
-    shell = shell.split(" 2>&1 | tee ")[0]
+    shell = shell.split(" 2>&1 | ")[0]
     return "python -m stages." + shell.split("python -m stages.")[-1].strip()
 
 

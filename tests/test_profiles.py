@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from itertools import combinations
 from pathlib import Path
 
@@ -23,6 +25,20 @@ from stages.core.params import load_params
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "workflow" / "profiles"
 TOY_SNAKEFILE = REPO / "tests" / "slurm" / "fixture" / "Snakefile"
+# how every rule's shell line logs (workflow/rules/common.smk says why)
+TEE_LOG = "(trap '' INT TERM; exec tee {log})"
+# a stage that, stopped by a signal, prints what it kept after a moment of cleaning up
+STOPPABLE_STAGE = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+print("started", flush=True)
+try:
+    time.sleep(30)
+except KeyboardInterrupt:
+    time.sleep(0.3)
+    print("interrupted: the run stays in runs/x.partial", flush=True)
+    sys.exit(130)
+"""
 
 
 def env_for(visible_gpus: str | None = None, lock_dir: Path | None = None) -> dict[str, str]:
@@ -74,7 +90,7 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
             assert dry["shell"].startswith("env ")
             log = f"logs/{job.stage}/{job.key}.log"
             assert dry["shell"].endswith(
-                f" python -m stages.gpu_slot --gpus 1 -- {job.cmd} 2>&1 | tee {log}"
+                f" python -m stages.gpu_slot --gpus 1 -- {job.cmd} 2>&1 | {TEE_LOG.format(log=log)}"
             )
         else:
             assert dry["resources"]["runtime"] == "60"
@@ -101,3 +117,46 @@ def test_the_local_gpus_profile_gives_each_training_job_its_own_device(tmp_path:
     assert {e["gpu"] for e in ends} == {"0", "1"}
     for a, b in combinations(ends, 2):  # never one device for two jobs at once
         assert a["gpu"] != b["gpu"] or a["end"] <= b["start"] or b["end"] <= a["start"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("logging", ["rules", "plain tee"])
+def test_the_log_keeps_the_last_line_of_a_stage_stopped_with_its_process_group(
+    logging: str, signum: int, tmp_path: Path
+) -> None:
+    """Ctrl-C and scancel signal the job's whole process group: the rules' tee outlives the
+    signal and logs the stage's last line; a plain tee dies with it and loses the line."""
+    log = tmp_path / "stage.log"
+    (tmp_path / "stage.py").write_text(STOPPABLE_STAGE)
+    tee = TEE_LOG.format(log=log) if logging == "rules" else f"tee {log}"
+    job = subprocess.Popen(
+        ["bash", "-c", f"set -euo pipefail; {sys.executable} stage.py 2>&1 | {tee}"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while "started" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline and job.poll() is None
+        time.sleep(0.05)
+    os.killpg(job.pid, signum)
+    job.wait(timeout=30)
+    while group_alive(job.pid):  # bash dies of SIGTERM at once; the stage still unwinds
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    kept = "interrupted: the run stays in runs/x.partial" in log.read_text()
+    assert kept is (logging == "rules")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_every_rule_logs_through_the_signal_proof_tee() -> None:
+    rules = sorted((REPO / "workflow" / "rules").glob("*.smk"))
+    lines = [line.strip() for f in rules for line in f.read_text().splitlines()]
+    shells = [line for line in lines if "2>&1 |" in line and not line.startswith("#")]
+    assert len(shells) >= 8
+    assert all(line.rstrip().endswith(f'2>&1 | {TEE_LOG}"') for line in shells), shells

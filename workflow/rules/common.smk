@@ -22,3 +22,7 @@ except ParamsError as err:
 PARAMS_ARG = JOBS.params_arg
 
 PIPELINE_ENV = "../envs/pipeline.yaml"
+# Each rule's shell line ends `2>&1 | (trap '' INT TERM; exec tee {log})`: Ctrl-C and scancel
+# signal the whole process group, and a tee that died with it would lose the stage's last lines
+# (what it kept, where it resumes) and leave it writing into a broken pipe while it unwinds; the
+# tee ignores both signals and ends when the stage closes its output.

@@ -8,7 +8,7 @@ rule download_corpus:
     params:
         fingerprint=JOBS.fingerprint("download", "corpus"),
     shell:
-        "python -m stages.download corpus{PARAMS_ARG} 2>&1 | tee {log}"
+        "python -m stages.download corpus{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
 
 
 rule download_senteval:
@@ -21,7 +21,7 @@ rule download_senteval:
     params:
         fingerprint=JOBS.fingerprint("download", "senteval"),
     shell:
-        "python -m stages.download senteval{PARAMS_ARG} 2>&1 | tee {log}"
+        "python -m stages.download senteval{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
 
 
 rule download_sts_raw:
@@ -34,4 +34,4 @@ rule download_sts_raw:
     params:
         fingerprint=JOBS.fingerprint("download", "sts_raw"),
     shell:
-        "python -m stages.download sts_raw{PARAMS_ARG} 2>&1 | tee {log}"
+        "python -m stages.download sts_raw{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"

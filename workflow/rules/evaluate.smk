@@ -21,4 +21,4 @@ rule evaluate:
         runtime=JOBS.runtime("{evaluation}", wildcard="experiment"),
     shell:
         "{params.on_gpu} python -m {params.module} --experiment {wildcards.experiment:q}"
-        "{PARAMS_ARG} 2>&1 | tee {log}"
+        "{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"

@@ -11,7 +11,7 @@ rule report:
     params:
         fingerprint=JOBS.fingerprint("report"),
     shell:
-        "python -m stages.report{PARAMS_ARG} 2>&1 | tee {log}"
+        "python -m stages.report{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
 
 
 rule figures:
@@ -24,4 +24,4 @@ rule figures:
     params:
         fingerprint=JOBS.fingerprint("figures"),
     shell:
-        "python -m stages.figures --out {output}{PARAMS_ARG} 2>&1 | tee {log}"
+        "python -m stages.figures --out {output}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"

@@ -16,4 +16,4 @@ rule train:
         gpu=1,
         runtime=JOBS.runtime("train", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m stages.train {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | tee {log}"
+        "{params.on_gpu} python -m stages.train {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"

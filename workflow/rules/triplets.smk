@@ -14,4 +14,4 @@ rule triplets:
         fingerprint=JOBS.fingerprint("triplets", wildcard="triplets_id"),
     shell:
         "python -m stages.triplets --backbone {params.backbone} --method {params.method:q}"
-        " --corpus {input.corpus} --output {output.triplets}{PARAMS_ARG} 2>&1 | tee {log}"
+        " --corpus {input.corpus} --output {output.triplets}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
