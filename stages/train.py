@@ -97,10 +97,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     main_process = os.environ.get("RANK", "0") == "0"
     url = store_url(params.store.url)
     store = SharedStore(url) if url else None
-    if not is_complete(run.run_dir):
+    stored = is_complete(run.run_dir)
+    if not stored:
         obtain(run, params, args.params, store, main_process)
     if main_process:
         write_outputs(run)
+        if stored:  # said, so that the job's log tells where its result came from
+            print(f"wrote {run.pointer_file} (the stored run {run.run_id}, trained before)")
 
 
 def obtain(

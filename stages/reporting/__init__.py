@@ -1,0 +1,1 @@
+"""The report stage's parts: collecting results, comparing methods, tables and figures."""

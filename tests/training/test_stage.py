@@ -89,7 +89,10 @@ def test_stage_trains_into_runs_and_writes_the_pointer(finished: Path) -> None:
     assert dev["spearman"].to_list() == [e["spearman"] for e in metrics["evaluations"]]
 
 
-def test_finished_run_is_a_cache_hit(finished: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_finished_run_is_a_cache_hit(
+    finished: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing trains, the pointer keeps its bytes, and the job's log says it was stored."""
     pointer = finished / "experiments" / EXPERIMENT / "train.json"
     before = pointer.stat().st_mtime_ns
 
@@ -98,8 +101,12 @@ def test_finished_run_is_a_cache_hit(finished: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(runner, "train", no_training)
     monkeypatch.chdir(finished)
+    capsys.readouterr()
     stage.main([EXPERIMENT])
     assert pointer.stat().st_mtime_ns == before  # unchanged content is not rewritten
+    run_id = json.loads(pointer.read_text())["run_id"]
+    said = f"wrote experiments/{EXPERIMENT}/train.json (the stored run {run_id}, trained before)"
+    assert said in capsys.readouterr().out
 
 
 def test_the_lock_holder_removes_the_temporaries_killed_writers_left_in_the_run(
