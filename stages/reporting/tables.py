@@ -102,11 +102,14 @@ def paper_tables(
     planned: list[Planned],
     significance: pl.DataFrame,
 ) -> list[Table]:
-    """Every published table that holds a method of the plan, in the paper's layout (rows as
-    printed, on every backbone the paper prints, tasks as columns); a cell reads
-    'ours / paper (diff)', and ours is missing where the plan does not run that backbone."""
+    """Every published table that holds a (method, backbone) of the plan, in the paper's layout
+    (its rows of the plan's methods as printed, on every backbone the paper prints, tasks as
+    columns); a cell reads 'ours / paper (diff)', and ours is missing where the plan does not
+    run that backbone. A table none of whose backbones the plan runs (a tiny test encoder)
+    would be all missing: it is left out."""
     runs = [p for p in planned if p.kind == "run"]
     method_keys = {p.method_key for p in runs}
+    planned_pairs = {(p.method_key, p.backbone) for p in runs}
     rows_of = published.filter(pl.col("method_key").is_not_null() & pl.col("value").is_not_null())
     ours = {tuple(r[k] for k in KEY): r for r in summary.iter_rows(named=True)}
     p_values = {
@@ -116,7 +119,7 @@ def paper_tables(
     tables = []
     for (paper, table), part in rows_of.group_by("paper", "table", maintain_order=True):
         part = part.filter(pl.col("method_key").is_in(method_keys))
-        if part.is_empty():
+        if planned_pairs.isdisjoint(part.select("method_key", "backbone").iter_rows()):
             continue
         tasks = list(dict.fromkeys(part["task"]))
         groups = part.group_by(

@@ -401,6 +401,33 @@ def test_paper_tables_print_the_implementation_next_to_each_published_value() ->
     assert table.rows[1][4:] == ["n/a", "– / 76.00"]
 
 
+def test_a_paper_table_shows_when_the_plan_runs_one_of_its_backbones() -> None:
+    """Its rows on every backbone the paper prints, for context; but a table none of whose
+    backbones the plan runs (a tiny test encoder) would be all '–': left out."""
+    published = pl.DataFrame(
+        {
+            "paper": ["p"] * 2, "table": ["T"] * 2, "method": ["SimCSE"] * 2,
+            "method_key": ["simcse"] * 2, "backbone": ["bert-base", "bert-large"],
+            "task": ["STS12"] * 2, "metric": ["spearman"] * 2, "aggregation": ["mean"] * 2,
+            "sweep": [None] * 2, "value": [68.4, 70.9], "unit": ["x100"] * 2, "flags": [[], []],
+        }
+    )  # fmt: skip
+    summary = pl.DataFrame(
+        schema={"method": str, "backbone": str, "task": str, "metric": str, "mean": float,
+                "std": float}
+    )  # fmt: skip
+    no_tests = pl.DataFrame(
+        schema={"method": str, "baseline": str, "backbone": str, "task": str, "p_value": float}
+    )
+
+    def plan(backbone: str) -> list[Planned]:
+        return [Planned(f"simcse.{backbone}.s1", "run", "simcse", backbone, 1, "r", {}, "simcse")]
+
+    assert paper_tables(summary, published, plan("tiny-bert"), no_tests) == []
+    (table,) = paper_tables(summary, published, plan("bert-base"), no_tests)
+    assert [row[2] for row in table.rows] == ["bert-base", "bert-large"]
+
+
 def test_paper_cells_compare_like_with_like() -> None:
     """A published average only against ours over the same tasks; a std over training steps
     against nothing; ArcCSE's 0-1 dev Spearman against our best checkpoint's, x100; a flagged
