@@ -68,15 +68,18 @@ def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) ->
     return [p for p in plots if p is not None]
 
 
-def evaluation_tables(params: Params, summary: pl.DataFrame, results: pl.DataFrame) -> list[Table]:
+def evaluation_tables(params: Params, summary: pl.DataFrame, collected: Collected) -> list[Table]:
     """The tables the planned evaluations declare (stages/core/evaluations.py), in their order;
     a table that names no tasks gets one column per task its evaluation reported."""
     tables = []
     for name in params.planned_evaluations():
         for table in EVALUATIONS[name].tables:
+            results = collected.results
             reported = results.filter(pl.col("source") == name, pl.col("metric") == table.metric)
             columns = table.columns or reported["task"].unique(maintain_order=True).to_list()
-            tables.append(results_table(summary, columns, table.metric, table.title))
+            tables.append(
+                results_table(summary, columns, table.metric, table.title, collected.majority)
+            )
     return tables
 
 
@@ -107,7 +110,7 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
     summary_tables = [comparison_table(comparison, params.report.baseline_method)]
     tables = [
         status_table(collected.status, params.planned_evaluations()),
-        *evaluation_tables(params, summary, collected.results),
+        *evaluation_tables(params, summary, collected),
         *paper_tables(summary, reference, collected.planned, tests),
         significance_table(tests),
     ]

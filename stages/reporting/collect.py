@@ -60,6 +60,8 @@ class Collected:
     status: pl.DataFrame
     curves: dict[str, dict[str, pl.DataFrame]] = field(default_factory=dict)
     encoders: dict[str, str] = field(default_factory=dict)  # experiment -> encoder fingerprint
+    # SentEval transfer task -> accuracy of always predicting its most frequent class
+    majority: dict[str, float] = field(default_factory=dict)
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -222,6 +224,10 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
             )
             if fingerprint:
                 collected.encoders[entry.experiment] = fingerprint
+            if source == "senteval":
+                for task, result in data.get("tasks", {}).items():
+                    if "majority_acc" in result:
+                        collected.majority[task] = result["majority_acc"]
         if state.get("train") == "done":
             curves = read_curves(entry.experiment, root)
             collected.curves[entry.experiment] = curves

@@ -41,6 +41,9 @@ OUR_METRIC = {("STSBenchmark_dev", "spearman"): "best_spearman"}  # the best che
 # published.csv flags that make a number no target (docs/published.md).
 NOT_A_TARGET = ("suspect-", "impossible-value", "derived", "row-average-mismatch")
 FLAGGED = "†"
+# An accuracy this close to the majority-class rate (or below it) is marked as at chance.
+CHANCE_POINTS = 0.5
+AT_CHANCE = "‡"
 
 
 def seed_summary(results: pl.DataFrame) -> pl.DataFrame:
@@ -263,29 +266,39 @@ def _cell(ours: float | None, paper: float | None, digits: int) -> str:
 
 
 def results_table(
-    summary: pl.DataFrame, source_tasks: Sequence[str], metric: str, title: str
+    summary: pl.DataFrame,
+    source_tasks: Sequence[str],
+    metric: str,
+    title: str,
+    majority: dict[str, float] | None = None,
 ) -> Table:
-    """Our mean ± std over seeds for every method x backbone (published or not)."""
+    """Our mean ± std over seeds for every method x backbone (published or not); an accuracy
+    within ``CHANCE_POINTS`` of its task's ``majority`` rate (always predicting the most
+    frequent class) is marked: the classifier learned nothing from those embeddings."""
     part = summary.filter(pl.col("metric") == metric, pl.col("task").is_in(source_tasks))
     tasks = [t for t in source_tasks if t in set(part["task"])]
-    rows = []
+    chance = majority if metric == "accuracy" and majority else {}
+    rows, flagged = [], False
     for (method, backbone), cells in part.group_by("method", "backbone", maintain_order=True):
         by_task = {r["task"]: r for r in cells.iter_rows(named=True)}
         row = [str(method), str(backbone), str(max(cells["n_seeds"]))]
         for task in tasks:
             r = by_task.get(task)
-            row.append(
-                MISSING
-                if r is None
-                else fmt(r["mean"]) + ("" if r["std"] is None else f" ± {fmt(r['std'])}")
-            )
+            if r is None:
+                row.append(MISSING)
+                continue
+            cell = fmt(r["mean"]) + ("" if r["std"] is None else f" ± {fmt(r['std'])}")
+            if task in chance and r["mean"] <= chance[task] + CHANCE_POINTS:
+                cell, flagged = cell + AT_CHANCE, True
+            row.append(cell)
         rows.append(row)
-    return Table(
-        title,
-        f"mean ± std over seeds (ddof={STD_DDOF})",
-        ["method", "backbone", "seeds", *tasks],
-        rows,
-    )
+    note = f"mean ± std over seeds (ddof={STD_DDOF})"
+    if flagged:
+        note += (
+            f"; {AT_CHANCE} within {CHANCE_POINTS} points of always predicting the task's most "
+            "frequent class: the classifier learned nothing from these embeddings"
+        )
+    return Table(title, note, ["method", "backbone", "seeds", *tasks], rows)
 
 
 def status_table(status: pl.DataFrame, evaluations: Sequence[str]) -> Table:

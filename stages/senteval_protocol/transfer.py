@@ -34,7 +34,9 @@ def features(split: LabelledSplit, embed: Embed) -> np.ndarray:
 def run_transfer(
     task: TransferTask, embed: Embed, settings: ClassifierSettings, device: torch.device
 ) -> dict[str, Any]:
-    """SentEval's result dict for the task: devacc, acc (x100), ndev, ntest (+ f1 for MRPC)."""
+    """SentEval's result dict for the task: devacc, acc (x100), ndev, ntest (+ f1 for MRPC),
+    and ``majority_acc``: the accuracy of always predicting the scored samples' most frequent
+    class (not SentEval's; the report flags an accuracy at that rate: nothing was learned)."""
     x = {name: _tensor(features(s, embed), device) for name, s in task.splits.items()}
     y = {name: torch.as_tensor(s.labels, device=device) for name, s in task.splits.items()}
     sizes = {name: len(s) for name, s in task.splits.items()}
@@ -42,12 +44,14 @@ def run_transfer(
     if set(task.splits) == {"all"}:
         chosen = validation.inner_kfold(x["all"], y["all"], task.nclasses, settings)
         result = {"ndev": sizes["all"], "ntest": sizes["all"]}
+        scored = task.splits["all"].labels
     elif set(task.splits) == {"train", "test"}:
         test_labels = task.splits["test"].labels
         chosen = validation.kfold(
             x["train"], y["train"], x["test"], test_labels, task.nclasses, settings
         )
         result = {"ndev": sizes["train"], "ntest": sizes["test"]}
+        scored = test_labels
         if task.name == "MRPC":
             result["f1"] = round(100 * float(f1_score(test_labels, chosen.test_predictions)), 2)
     else:
@@ -63,7 +67,20 @@ def run_transfer(
             settings,
         )
         result = {"ndev": sizes["dev"], "ntest": sizes["test"]}
-    return {"devacc": chosen.devacc, "acc": chosen.acc, **result, "l2": chosen.l2}
+        scored = task.splits["test"].labels
+    return {
+        "devacc": chosen.devacc,
+        "acc": chosen.acc,
+        **result,
+        "l2": chosen.l2,
+        "majority_acc": majority_accuracy(scored),
+    }
+
+
+def majority_accuracy(labels: np.ndarray) -> float:
+    """Accuracy (x100, 2 decimals) of always predicting the most frequent class of ``labels``."""
+    counts = np.bincount(np.asarray(labels))
+    return round(100 * float(counts.max()) / float(counts.sum()), 2)
 
 
 def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -20,7 +20,7 @@ from stages.report import build_report
 from stages.reporting.collect import RESULT_SCHEMA, Planned, collect
 from stages.reporting.figures import detect_sweeps
 from stages.reporting.significance import significance
-from stages.reporting.tables import paper_tables, seed_summary
+from stages.reporting.tables import paper_tables, results_table, seed_summary
 from stages.senteval_protocol.evaluate import _summary
 from stages.senteval_protocol.sts import alignment_uniformity
 from stages.train import curve_tables
@@ -426,6 +426,25 @@ def test_a_paper_table_shows_when_the_plan_runs_one_of_its_backbones() -> None:
     assert paper_tables(summary, published, plan("tiny-bert"), no_tests) == []
     (table,) = paper_tables(summary, published, plan("bert-base"), no_tests)
     assert [row[2] for row in table.rows] == ["bert-base", "bert-large"]
+
+
+def test_an_accuracy_at_the_majority_class_rate_is_marked() -> None:
+    """A collapsed encoder's classifier predicts one class: its accuracy is the task's majority
+    rate (the smoke preset's tiny encoder: MR 50.00, CR 63.76 for every method)."""
+    summary = pl.DataFrame(
+        {"method": ["collapsed", "collapsed", "good", "good"], "backbone": ["b"] * 4,
+         "task": ["MR", "CR"] * 2, "metric": ["accuracy"] * 4,
+         "mean": [50.0, 64.1, 75.0, 80.0], "std": [None] * 4, "n_seeds": [1] * 4},
+        schema_overrides={"std": pl.Float64},
+    )  # fmt: skip
+    table = results_table(summary, ["MR", "CR"], "accuracy", "Transfer", {"MR": 50.0, "CR": 63.76})
+    assert table.rows == [
+        ["collapsed", "b", "1", "50.00‡", "64.10‡"],
+        ["good", "b", "1", "75.00", "80.00"],
+    ]
+    assert "‡ within 0.5 points of always predicting the task's most frequent class" in table.note
+    plain = results_table(summary, ["MR", "CR"], "accuracy", "Transfer", {})
+    assert "‡" not in plain.note and plain.rows[0][3] == "50.00"
 
 
 def test_paper_cells_compare_like_with_like() -> None:

@@ -17,6 +17,7 @@ from stages.senteval_protocol.dev import StsbDevEvaluation
 from stages.senteval_protocol.embeddings import EncoderOutputError
 from stages.senteval_protocol.evaluate import evaluate, table_average
 from stages.senteval_protocol.loaders import downstream_dir, load_task
+from stages.senteval_protocol.transfer import majority_accuracy
 
 
 def test_all_tasks_results_protocol_and_timings(
@@ -27,7 +28,8 @@ def test_all_tasks_results_protocol_and_timings(
     for name in TRANSFER_TASKS:
         result = out["tasks"][name]
         assert 50 < result["acc"] <= 100, name  # the keywords make every task learnable
-        assert {"devacc", "acc", "ndev", "ntest", "l2"} <= set(result)
+        assert {"devacc", "acc", "ndev", "ntest", "l2", "majority_acc"} <= set(result)
+        assert result["acc"] > result["majority_acc"], name
     assert 0 <= out["tasks"]["MRPC"]["f1"] <= 100
     for name in STS_TASKS:
         assert -100 <= out["summary"]["sts"][name] <= 100
@@ -132,6 +134,19 @@ def test_stsb_dev_evaluation_is_the_evaluators_own_numbers(
     assert dev.alignment == full["alignment_uniformity"]["alignment"]
     assert dev.uniformity == full["alignment_uniformity"]["uniformity"]
     assert len(bag_of_words.encoded) == len(set(bag_of_words.encoded))
+
+
+def test_majority_accuracy_is_always_predicting_the_most_frequent_scored_class(
+    senteval_root: Path,
+) -> None:
+    """Over the samples each task scores: all of a cross-validated task, the test split else."""
+    root = downstream_dir(senteval_root)
+    for name, scored in (("CR", "all"), ("TREC", "test"), ("SST2", "test")):
+        labels = load_task(root, name).splits[scored].labels
+        expected = 100 * np.bincount(labels).max() / len(labels)
+        result = evaluate(BagOfWords(), [name], senteval_root, "fasttest", device="cpu")
+        assert result["tasks"][name]["majority_acc"] == pytest.approx(expected, abs=0.005), name
+    assert majority_accuracy(np.array([0, 1, 1, 2])) == 50.0
 
 
 def test_table_averages_are_means_of_the_printed_cells() -> None:
