@@ -71,10 +71,9 @@ def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) ->
 def evaluation_tables(params: Params, summary: pl.DataFrame, collected: Collected) -> list[Table]:
     """The tables the planned evaluations declare (stages/core/evaluations.py), in their order;
     a table that names no tasks gets one column per task its evaluation reported."""
-    tables = []
+    tables, results = [], collected.results
     for name in params.planned_evaluations():
         for table in EVALUATIONS[name].tables:
-            results = collected.results
             reported = results.filter(pl.col("source") == name, pl.col("metric") == table.metric)
             columns = table.columns or reported["task"].unique(maintain_order=True).to_list()
             tables.append(
