@@ -140,13 +140,23 @@ def obtain(
             stop.add_note(_resumption(run))
             raise
         if store is not None:
-            store.publish(run.run_id, run.run_dir, run.name)
+            try:
+                store.publish(run.run_id, run.run_dir, run.name)
+            except (KeyboardInterrupt, cli.Terminated) as stop:
+                # a rerun finds the run complete here and does not publish it again
+                stop.add_note(
+                    f"run {run.run_id} ({run.name}) is complete here but not in the shared "
+                    "store: `python -m stages.runs push` publishes it"
+                )
+                raise
 
 
 def _resumption(run: Run) -> str:
     """What an interrupted training run leaves for its rerun."""
     from stages.training.resume import latest_checkpoint
 
+    if (run.partial_dir / METRICS_FILE).is_file():  # trained; the final rename was cut short
+        return f"run {run.run_id} ({run.name}) finished training: a rerun completes it"
     checkpoint = latest_checkpoint(run.partial_dir)
     if checkpoint is None:
         return f"run {run.run_id} ({run.name}) had no checkpoint yet: a rerun starts it afresh"

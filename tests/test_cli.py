@@ -111,3 +111,36 @@ def test_sigterm_is_not_swallowed_and_a_second_one_does_not_cut_the_cleanup_shor
     assert stop.value.code == 143 and cleaned == [True]
     assert "terminated (SIGTERM): finished outputs are intact" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_an_interrupted_training_run_is_told_what_its_rerun_does(tmp_path: Path) -> None:
+    """The train stage's note: resumes from the last checkpoint, starts afresh without one,
+    or (trained, the final rename cut short) only completes the run."""
+    from types import SimpleNamespace
+
+    from stages.train import _resumption
+
+    partial = tmp_path / "0123.partial"
+    run = SimpleNamespace(run_id="0123", name="simcse.tiny.s1", partial_dir=partial)
+    assert _resumption(run).endswith("had no checkpoint yet: a rerun starts it afresh")
+    (partial / "checkpoint-3").mkdir(parents=True)
+    (partial / "checkpoint-6").mkdir()
+    (partial / ".checkpoint-9.tmp").mkdir()  # a temporary: not a checkpoint
+    assert _resumption(run) == (
+        f"run 0123 (simcse.tiny.s1) stays unfinished in {partial}; a rerun resumes it from "
+        "checkpoint-6"
+    )
+    (partial / "metrics.json").write_text("{}")
+    assert _resumption(run) == "run 0123 (simcse.tiny.s1) finished training: a rerun completes it"
+
+
+def test_commands_quote_a_params_path_for_the_shell() -> None:
+    from stages.core.data_check import restore_command
+    from stages.core.layout import params_flag
+
+    assert params_flag("params.yaml") == "" and params_flag(None) == ""
+    assert params_flag("presets/smoke.yaml") == " --params presets/smoke.yaml"
+    assert params_flag("my presets/a b.yaml") == " --params 'my presets/a b.yaml'"
+    assert restore_command("wiki1m_head_11913", "my presets/a b.yaml") == (
+        "python -m stages.download corpus --params 'my presets/a b.yaml'"
+    )

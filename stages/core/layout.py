@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from pathlib import Path
 
 DATA = Path("data")
@@ -23,10 +24,11 @@ CACHE = Path("cache")
 
 
 def params_flag(params_file: str | Path | None) -> str:
-    """`` --params FILE`` for a stage's command line, unless it is the default params.yaml."""
+    """`` --params FILE`` for a stage's command line (quoted for a shell), unless it is the
+    default params.yaml."""
     if params_file is None or str(params_file) == str(DEFAULT_PARAMS):
         return ""
-    return f" --params {params_file}"
+    return f" --params {shlex.quote(str(params_file))}"
 
 
 def corpus_file(corpus: str) -> Path:

@@ -11,7 +11,8 @@ least round(p · 2³¹), so the keep probability is 1 − p within 2⁻³¹ (CUD
 a 24-bit float). Kept elements are scaled by 1 / (1 − p), as ``F.dropout``. On any other device
 it is ``F.dropout`` (CUDA's fused kernel).
 
-The trainer puts it in place of every ``nn.Dropout`` of the backbone (``use_fast_dropout``); on
+The trainer puts it in place of every ``nn.Dropout`` of the backbone (``use_fast_dropout``; not
+when ``train.compile`` traces the step, where its in-place ``random_`` would break the graph); on
 the CPU the unpadded forward draws its padded-layout masks through ``dropout_mask``, the same
 draws in the same order as the padded forward, so the two agree with one seed as before.
 

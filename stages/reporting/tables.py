@@ -105,7 +105,8 @@ def paper_tables(
     planned: list[Planned],
     significance: pl.DataFrame,
 ) -> list[Table]:
-    """Every published table that holds a (method, backbone) of the plan, in the paper's layout
+    """Every published table that holds a trained (method, backbone) of the plan (baselines,
+    filed under their own names, are not joined here), in the paper's layout
     (its rows of the plan's methods as printed, on every backbone the paper prints, tasks as
     columns); a cell reads 'ours / paper (diff)', and ours is missing where the plan does not
     run that backbone. A table none of whose backbones the plan runs (a tiny test encoder)
