@@ -430,19 +430,22 @@ def test_a_paper_table_shows_when_the_plan_runs_one_of_its_backbones() -> None:
 
 def test_an_accuracy_at_the_majority_class_rate_is_marked() -> None:
     """A collapsed encoder's classifier predicts one class: its accuracy is the task's majority
-    rate (the smoke preset's tiny encoder: MR 50.00, CR 63.76 for every method)."""
-    summary = pl.DataFrame(
-        {"method": ["collapsed", "collapsed", "good", "good"], "backbone": ["b"] * 4,
-         "task": ["MR", "CR"] * 2, "metric": ["accuracy"] * 4,
-         "mean": [50.0, 64.1, 75.0, 80.0], "std": [None] * 4, "n_seeds": [1] * 4},
-        schema_overrides={"std": pl.Float64},
+    rate (the smoke preset's tiny encoder: MR 50.00, CR 63.76 for every method). One collapsed
+    seed among good ones marks the cell too: its mean is no longer a method's typical score."""
+    results = pl.DataFrame(
+        {"method": ["collapsed"] * 2 + ["good"] * 2 + ["one_bad_seed"] * 4,
+         "backbone": ["b"] * 8, "seed": [1, 1, 1, 1, 1, 1, 2, 2],
+         "task": ["MR", "CR"] * 4, "metric": ["accuracy"] * 8,
+         "value": [50.0, 64.1, 75.0, 80.0, 76.0, 81.0, 50.2, 79.0]},
     )  # fmt: skip
+    summary = seed_summary(results)
     table = results_table(summary, ["MR", "CR"], "accuracy", "Transfer", {"MR": 50.0, "CR": 63.76})
     assert table.rows == [
         ["collapsed", "b", "1", "50.00‡", "64.10‡"],
         ["good", "b", "1", "75.00", "80.00"],
+        ["one_bad_seed", "b", "2", "63.10 ± 18.24‡", "80.00 ± 1.41"],
     ]
-    assert "‡ within 0.5 points of always predicting the task's most frequent class" in table.note
+    assert "‡ a seed within 0.5 points of always predicting the task's most frequent" in table.note
     plain = results_table(summary, ["MR", "CR"], "accuracy", "Transfer", {})
     assert "‡" not in plain.note and plain.rows[0][3] == "50.00"
 
