@@ -12,7 +12,7 @@ from stages.core import code_identity
 from stages.core.code_identity import code_files, source_fingerprint
 from stages.core.evaluations import EVALUATIONS
 from stages.core.params import load_params
-from stages.core.runs import plan_runs
+from stages.core.runs import REPORT_CODE, plan_runs
 
 REPO = Path(__file__).resolve().parents[1]
 SIMACE = REPO / "stages" / "objectives" / "simace.py"
@@ -54,6 +54,18 @@ def test_a_run_covers_its_own_loss_and_no_other() -> None:
     # the training machinery and checkpoint selection are in every run
     assert {"stages/training/loop.py", "stages/senteval_protocol/dev.py"} <= simace & simcse
     assert not any(f.startswith("stages/core/") for f in simace)
+
+
+def test_a_packages_data_files_are_code_of_its_modules(tmp_path: Path) -> None:
+    """The published numbers the report joins are in its code; no run's."""
+    runs = plan_runs(load_params(REPO / "presets" / "smoke.yaml"))
+    assert "stages/reference/published.csv" in code_files(REPORT_CODE)
+    assert not any(f.endswith(".csv") for run in runs.values() for f in run.code_files)
+    table = tmp_path / "table.csv"
+    table.write_text("a,b\n1,2\n")
+    before = source_fingerprint(table)
+    table.write_text("a,b\n1,3\n")
+    assert source_fingerprint(table) != before
 
 
 def test_the_senteval_protocol_is_evaluation_code_not_training_code() -> None:

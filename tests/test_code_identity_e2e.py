@@ -1,7 +1,8 @@
 """Code identity under both orchestrators, on a cut-down smoke preset (SimCSE and SimACE on the
 tiny BERT, STS-B): a comment edit reruns nothing; a change to SimACE's arithmetic retrains and
 re-evaluates exactly the SimACE run and rebuilds the report; a change to the SentEval protocol
-re-evaluates every run and retrains none; a change of one method's tau reruns that method only.
+re-evaluates every run and retrains none; an edit of a published number rebuilds the report only;
+a change of one method's tau reruns that method only.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from test_end_to_end import SMOKE, ci_sized, dvc_repro, run, snakemake
 EXPERIMENTS = ("simcse.tiny-bert.s42", "simace.tiny-bert.s42")
 SIMACE = Path("stages/objectives/simace.py")
 CLASSIFIER = Path("stages/senteval_protocol/evaluate.py")
+PUBLISHED = Path("stages/reference/published.csv")
 
 pytestmark = pytest.mark.e2e  # orchestrator runs: the e2e tier
 
@@ -145,6 +147,35 @@ def test_a_comment_in_the_protocol_recomputes_nothing(workspaces: dict[str, Path
     # Only the `code` stage runs (the source bytes changed, its fingerprints did not).
     assert stages_run_by_dvc(output) == {"code"}
     assert results(root) == before
+
+
+def test_a_published_number_rebuilds_the_report_and_nothing_else(
+    workspaces: dict[str, Path],
+) -> None:
+    """The report reads stages/reference/published.csv: a package's data file is code of the
+    package's modules (it used to change nothing, and the report kept the old number)."""
+    for root in workspaces.values():
+        edit(root, PUBLISHED, ",76.85,", ",77.85,")
+    assert planned_snakemake_jobs(workspaces["snakemake"]) == {"report"}
+    output = dvc_repro(workspaces["dvc"])
+    assert stages_run_by_dvc(output) == {"code", "report"}
+
+
+def test_an_output_another_params_file_wrote_is_redone(workspaces: dict[str, Path]) -> None:
+    """A stage run by hand with other params rewrites an experiment's train.json: Snakemake's
+    records (the job's params, input checksums) cannot see it, so the Snakefile counts it into
+    the job's params (it used to plan nothing and keep the stale pointer; the report left the
+    run out); once redone, nothing is planned."""
+    root = workspaces["snakemake"]
+    snakemake(root)  # what the edits before left to do
+    pointer = root / "experiments" / "simcse.tiny-bert.s42" / "train.json"
+    planned_id = json.loads(pointer.read_text())["run_id"]
+    pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "run_id": "0" * 16}))
+    expected = {"train:simcse.tiny-bert.s42", "senteval:simcse.tiny-bert.s42", "report"}
+    assert planned_snakemake_jobs(root) == expected
+    snakemake(root)
+    assert json.loads(pointer.read_text())["run_id"] == planned_id
+    assert planned_snakemake_jobs(root) == set()
 
 
 def test_tau_in_params_reruns_exactly_that_methods_jobs(workspaces: dict[str, Path]) -> None:

@@ -13,6 +13,10 @@ it uses (``stages.core.objective_settings.OBJECTIVES``) and what that imports.
 A file's fingerprint is the sha256 of its syntax tree with docstrings removed (``ast.dump``
 without positions): comments, docstrings, blank lines and formatting change nothing, while any
 change to what the code does (a sign, a constant, an argument) changes the fingerprint.
+
+A package's data files (every file in its folder that is not Python source, hidden, or a
+cache, such as the report's ``stages/reference/published.csv``) are code of every module of the
+package: their fingerprint is the sha256 of their bytes.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.core.atomic import write_text
+from stages.core.data_check import stat_key
 from stages.core.layout import CACHE
 
 PACKAGE = "stages"
@@ -93,18 +98,13 @@ def _imported_names(module: str, tree: ast.Module, is_package: bool) -> list[str
     return sorted({m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")})
 
 
-def _stat_key(path: Path) -> str:
-    stat = path.stat()
-    return f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
-
-
 class _SourceFacts:
     """Each source file's fingerprint and imported names, parsed once per change of the file.
 
     Parsing and dumping the syntax trees of the training closure costs about a second, which
     every DAG parse and stage start would pay; so the facts are kept in ``cache/code_identity.json``
-    keyed by the file's size, mtime (ns) and inode, like the data hashes (data_check.py): any
-    write to a file changes its key, and it is parsed again.
+    keyed by the file's ``stat_key``, like the data hashes (data_check.py): any write to a file
+    changes its key, and it is parsed again.
     """
 
     def __init__(self, store: Path) -> None:
@@ -121,13 +121,18 @@ class _SourceFacts:
         return self.entries
 
     def get(self, path: Path, module: str) -> tuple[str, tuple[str, ...]]:
-        """(fingerprint, imported names) of the source file ``path`` of ``module``."""
-        key, entries = _stat_key(path), self._load()
+        """(fingerprint, imported names) of the source file ``path`` of ``module``; a data
+        file's fingerprint is its bytes' and it imports nothing."""
+        key, entries = stat_key(path), self._load()
         entry = entries.get(str(path))
         if entry is None or entry[0] != key:
-            tree = _parse(path)
-            names = _imported_names(module, tree, path.name == "__init__.py")
-            entry = entries[str(path)] = [key, _fingerprint_of(tree), names]
+            if path.suffix == ".py":
+                tree = _parse(path)
+                names = _imported_names(module, tree, path.name == "__init__.py")
+                fingerprint = _fingerprint_of(tree)
+            else:
+                names, fingerprint = [], hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            entry = entries[str(path)] = [key, fingerprint, names]
             self.changed = True
         return entry[1], tuple(entry[2])
 
@@ -186,14 +191,29 @@ def _import_closure(entry_modules: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
+def package_data_files(module: str) -> list[Path]:
+    """The data files of package ``module`` (none for a plain module)."""
+    init = module_file(module)
+    if init.name != "__init__.py":
+        return []
+    return [
+        path
+        for path in init.parent.iterdir()
+        if path.is_file()
+        and path.suffix not in (".py", ".pyc")
+        and not path.name.startswith(".")
+        and not path.name.endswith("~")
+    ]
+
+
 def code_files(entry_modules: Iterable[str]) -> tuple[str, ...]:
-    """The source files of ``import_closure``, as paths relative to the repository root."""
-    return tuple(
-        sorted(
-            module_file(m).relative_to(SOURCE_ROOT).as_posix()
-            for m in import_closure(entry_modules)
-        )
-    )
+    """The source and package data files of ``import_closure``, as paths relative to the
+    repository root."""
+    closure = import_closure(entry_modules)
+    files = [module_file(m) for m in closure] + [
+        data for m in closure for data in package_data_files(m)
+    ]
+    return tuple(sorted(path.relative_to(SOURCE_ROOT).as_posix() for path in files))
 
 
 def code_identity(entry_modules: Iterable[str]) -> dict[str, str]:

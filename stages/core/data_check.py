@@ -2,8 +2,9 @@
 checked against the manifest's sha256 (``stages/core/data_manifest.yaml``).
 
 Hashing a multi-GB corpus at every start would cost seconds, so a file's sha256 is cached keyed
-by its path, size, modification time and inode (``cache/sha256.json``): an unchanged file is
-not rehashed, and any write to it (which changes the size or the mtime) makes it rehashed.
+by its path, size, modification and change times and inode (``cache/sha256.json``): an
+unchanged file is not rehashed, and any write to it makes it rehashed (a write sets the change
+time, which, unlike the modification time, no program can set back).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _stat_key(path: Path) -> str:
+def stat_key(path: Path) -> str:
+    """Changes with any write to the file at ``path`` (also one whose mtime is set back)."""
     stat = path.stat()
-    return f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+    return f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}:{stat.st_ino}"
 
 
 def _read_cache() -> dict[str, list[str]]:
@@ -42,11 +44,11 @@ def _read_cache() -> dict[str, list[str]]:
 
 
 def cached_sha256(paths: list[Path]) -> dict[Path, str]:
-    """sha256 of every file, rehashing only files whose size, mtime or inode changed."""
+    """sha256 of every file, rehashing only files written since (``stat_key``)."""
     stored = _read_cache()
     hashes, changed = {}, False
     for path in paths:
-        key, name = _stat_key(path), str(path.resolve())
+        key, name = stat_key(path), str(path.resolve())
         entry = stored.get(name)
         if entry is None or entry[0] != key:
             entry = [key, sha256_of(path)]

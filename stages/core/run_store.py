@@ -17,6 +17,7 @@ from typing import Any
 from stages.core import layout
 from stages.core.atomic import atomic_path, write_json
 from stages.core.errors import StageError
+from stages.core.evaluations import output_file
 from stages.core.params import Params
 from stages.core.run_lock import is_stale, lock_holder, lock_path
 from stages.core.runs import Run, evaluation_id, plan_runs
@@ -123,7 +124,7 @@ def recorded_output(
     the output the params plan now: None when it is (a run's outputs: the planned run id; an
     evaluation: the planned evaluation id), else 'missing', 'unreadable: ...' or 'stale: ...'
     (settings, data or code changed since, or it was computed with command-line overrides)."""
-    path = root / layout.experiment_dir(experiment) / f"{stage}.json"
+    path = root / output_file(stage, experiment)
     if not path.is_file():
         return None, "missing"
     try:

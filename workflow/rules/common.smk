@@ -21,6 +21,9 @@ except ParamsError as err:
 # changes nothing a job computes; its `fingerprint` param covers what does.
 PARAMS_ARG = JOBS.params_arg
 
+for line in JOBS.count_foreign_outputs():
+    print(line, file=sys.stderr)
+
 PIPELINE_ENV = "../envs/pipeline.yaml"
 # Each rule's shell line ends `2>&1 | (trap '' INT TERM; exec tee {log})`: Ctrl-C and scancel
 # signal the whole process group, and a tee that died with it would lose the stage's last lines

@@ -5,15 +5,20 @@ registered evaluation."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from stages.core.atomic import write_json
 from stages.core.estimates import job_limit_minutes
-from stages.core.evaluations import EVALUATIONS
+from stages.core.evaluations import EVALUATIONS, output_file
 from stages.core.jobs import Job, build_jobs, job_fingerprint, triplets_sources
+from stages.core.layout import CACHE
 from stages.core.params import Params
+from stages.core.run_store import recorded_output
 from stages.core.runs import Run, plan_runs
 
 # Snakemake sets OMP_NUM_THREADS and the BLAS thread variables of every job to the rule's
@@ -21,6 +26,10 @@ from stages.core.runs import Run, plan_runs
 # a run then uses every core, as under DVC, and computes the very same floating-point sums.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                     "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
+
+
+# How often each experiment output was found written by another params file's stage.
+REDO_COUNTS = CACHE / "snakemake_redo_counts.json"
 
 
 class RuleJobs:
@@ -32,10 +41,39 @@ class RuleJobs:
         # " --params FILE" unless the default params.yaml is used (the same for every job)
         self.params_arg = next(iter(self.jobs.values())).params_arg
         self.evaluations_pattern = "|".join(EVALUATIONS)
+        self.redo_counts: dict[str, int] = {}
 
     def triplets_source(self, wildcards: Any) -> Run:
         """The run whose backbone and method the triplets job of this id is made for."""
         return self.sources[wildcards.triplets_id]
+
+    def count_foreign_outputs(self, counts_file: Path = REDO_COUNTS) -> list[str]:
+        """Count, in ``counts_file``, each time an experiment output (train.json,
+        <evaluation>.json) records another run or evaluation than the plan's, or cannot be read;
+        a message per such output.
+
+        Another params file's stage wrote it (a stage run by hand, `dvc repro` of an edit since
+        reverted). Snakemake cannot see that: the job's params are those it recorded, and a newer
+        input file with the content it recorded reruns nothing. The count is part of the job's
+        ``fingerprint`` param, so a new count reruns the job once (from the store when stored)
+        and the same count later reruns nothing."""
+        try:
+            counts = json.loads(counts_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            counts = {}
+        found = []
+        for stage, experiment in self.jobs:
+            if stage != "train" and stage not in EVALUATIONS:
+                continue
+            problem = recorded_output(stage, experiment, self.params, self.runs)[1]
+            if problem is not None and problem != "missing":
+                path = output_file(stage, experiment).as_posix()
+                counts[path] = counts.get(path, 0) + 1
+                found.append(f"{path} is redone ({problem})")
+        if found:
+            write_json(counts_file, counts)
+        self.redo_counts = counts
+        return found
 
     def outputs(self) -> list[str]:
         return [out for job in self.jobs.values() for out in job.outputs]
@@ -58,7 +96,13 @@ class RuleJobs:
         """The job's params values and source files' syntax trees: Snakemake reruns a job when
         a rule's params change, so it reruns exactly when DVC would (a tracked key or a source
         file's code changed; a comment or docstring edit changes nothing)."""
-        return lambda w: job_fingerprint(self.params, self.job(stage, key, w, wildcard))
+
+        def fingerprint(wildcards: Any) -> str:
+            job = self.job(stage, key, wildcards, wildcard)
+            redone = [self.redo_counts.get(Path(out).as_posix(), 0) for out in job.outputs]
+            return job_fingerprint(self.params, job) + "".join(f"+{n}" for n in redone if n)
+
+        return fingerprint
 
     def runtime(self, stage: str, wildcard: str) -> Callable:
         """The job's time limit in minutes (SLURM's -t), longer at each retry."""

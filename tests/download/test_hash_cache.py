@@ -1,0 +1,48 @@
+"""The data checks' sha256 cache: a file is rehashed after any write, and only then."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from stages.core import data_check
+
+
+def test_a_file_rewritten_with_its_time_set_back_is_rehashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same size, same inode, modification time restored (``cp -p``, ``rsync -t`` or a script
+    can do that): the change time still moves, so the cache cannot vouch for the old content."""
+    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"first line\nsecond line\n")
+    before = os.stat(corpus)
+    assert (
+        data_check.cached_sha256([corpus])[corpus]
+        == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    )
+
+    with corpus.open("r+b") as f:  # in place: the inode stays
+        f.seek(3)
+        f.write(b"X")
+    os.utime(corpus, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(corpus)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        before.st_size, before.st_mtime_ns, before.st_ino
+    )  # fmt: skip
+    assert (
+        data_check.cached_sha256([corpus])[corpus]
+        == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    )
+
+
+def test_an_unchanged_file_is_not_rehashed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"a line\n")
+    data_check.cached_sha256([corpus])
+    monkeypatch.setattr(data_check, "sha256_of", lambda path: pytest.fail("rehashed"))
+    assert data_check.cached_sha256([corpus])[corpus]
