@@ -5,12 +5,16 @@ for a week) or of another output."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from stages.core import atomic
 from stages.core.atomic import FOREIGN_STALE_S, HOST_TAG, write_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,3 +72,55 @@ def test_another_machines_temporary_goes_once_nothing_in_it_changed_for_a_week(
         os.utime(path, (week_ago, week_ago))
     write_text(tmp_path / "out.json", "{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([busy.name, "out.json"])
+
+
+FOLDER_WRITER = """
+import sys
+from stages.core.atomic import atomic_path
+for i in range(int(sys.argv[2])):
+    with atomic_path(sys.argv[1]) as tmp:
+        tmp.mkdir()
+        for name in "abcdefgh":
+            (tmp / name).write_text(sys.argv[3] * 1000)
+"""
+
+
+def test_writers_of_one_folder_at_once_never_fail(tmp_path: Path) -> None:
+    """Two reports at once used to fail now and then: one deleting the folder the other was
+    deleting."""
+    dest = tmp_path / "reports" / "results"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    writers = [
+        subprocess.Popen([sys.executable, "-c", FOLDER_WRITER, str(dest), "150", tag], env=env,
+                         stderr=subprocess.PIPE, text=True)
+        for tag in "xy"
+    ]  # fmt: skip
+    errors = [w.communicate()[1] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0], errors
+    assert {p.name for p in dest.iterdir()} == set("abcdefgh")
+    assert [p.name for p in dest.parent.iterdir()] == ["results"]  # no temporaries left
+
+
+def write_folder(dest: Path, name: str) -> None:
+    with atomic.atomic_path(dest) as tmp:
+        tmp.mkdir()
+        (tmp / name).write_text(name)
+
+
+def test_a_replaced_folder_is_moved_aside_before_it_is_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted in place, a folder was half-deleted under its final name for a moment (for good,
+    if the writer was killed then)."""
+    dest = tmp_path / "results"
+    write_folder(dest, "old")
+    seen_at_deletion = []
+    real_rmtree = shutil.rmtree
+
+    def watching(path: Path, *args, **kwargs) -> None:
+        seen_at_deletion.append(sorted(p.name for p in dest.iterdir()))
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", watching)
+    write_folder(dest, "new")
+    assert seen_at_deletion == [["new"]]

@@ -8,10 +8,11 @@ import signal
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from stages import cli
-from stages.core.atomic import write_json
+from stages.core.atomic import HOST_TAG, atomic_path, destination_of, write_json
 
 
 @pytest.mark.parametrize(
@@ -46,6 +47,52 @@ def test_a_full_disk_or_unwritable_place_is_one_message_and_leaves_nothing_looki
     assert err.startswith(f"error: {os.strerror(code)} {where} {dest}. ")
     assert remedy in err and "Traceback" not in err
     assert list(dest.parent.iterdir()) == []  # neither the output nor a temporary
+
+
+def full_disk_without_a_name() -> None:
+    """What a write(2) that finds the disk full raises through Path.write_text or np.savez."""
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def full_disk_in_polars() -> None:
+    raise pl.exceptions.ComputeError(
+        "parquet: failed to write: No space left on device (os error 28)"
+    )
+
+
+def full_disk_as_polars_oserror() -> None:
+    raise OSError("No space left on device (os error 28)")  # no errno
+
+
+@pytest.mark.parametrize("writer", [full_disk_without_a_name, full_disk_in_polars,
+                                    full_disk_as_polars_oserror])  # fmt: skip
+def test_a_full_disk_is_named_whichever_writer_meets_it(
+    writer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The errors as they come (the report's polars writers used to end in a traceback, a
+    plain write in a message naming no file)."""
+    dest = tmp_path / "reports" / "results"
+
+    def report(argv: object) -> None:
+        with atomic_path(dest) as tmp:
+            tmp.mkdir()
+            writer()
+
+    monkeypatch.setattr("sys.argv", ["stage"])
+    with pytest.raises(SystemExit) as stop:
+        cli.run(report)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: No space left on device writing {dest}. ")
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_a_temporary_that_cannot_be_made_is_named_by_its_output(tmp_path: Path) -> None:
+    """mkdtemp in a read-only folder names the temporary it tried to make."""
+    temporary = tmp_path / f".x.parquet.{HOST_TAG}-123.abc_1.tmp"
+    assert destination_of(temporary) == tmp_path / "x.parquet"
+    assert destination_of(temporary / "x.parquet") == tmp_path / "x.parquet"
+    assert destination_of(tmp_path / "x.parquet") == tmp_path / "x.parquet"
 
 
 def test_other_os_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch) -> None:

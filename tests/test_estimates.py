@@ -77,6 +77,11 @@ def test_architecture_from_random_init_known_id_local_config_or_the_largest(
                                   "hidden_dim": 3072}))  # fmt: skip
     assert architecture(BackboneParams(model=str(tmp_path))) == Architecture(6, 768, 3072)
     assert architecture(BackboneParams(model="someone/unknown-model")) == BERT_LARGE
+    # damaged or incomplete: the largest allowance (loading the model names the fault)
+    for damaged in ('{"model_type": "bert",', '{"num_hidden_layers": 3, "hidden_size": 48}',
+                    '["a list"]', '{"n_layers": "6", "dim": 768, "hidden_dim": 3072}'):  # fmt: skip
+        config.write_text(damaged)
+        assert architecture(BackboneParams(model=str(tmp_path))) == BERT_LARGE, damaged
 
 
 def test_steps_follow_corpus_epochs_batch_and_caps() -> None:

@@ -183,6 +183,7 @@ BAD_PARAMS = [
         set_key("senteval.tasks", ["STS12", "STS17"]),
         ["senteval.tasks.1", "'STS17'", "'STS12'"],
     ),
+    ("no SentEval task", set_key("senteval.tasks", []), ["senteval.tasks", "at least 1 item"]),
     ("unknown SentEval mode", set_key("senteval.mode", "fast"), ["senteval.mode", "'fasttest'"]),
     ("unknown data source", set_key("data.source", "s3"), ["data.source", "'remote' or 'local'"]),
     (

@@ -2,6 +2,8 @@
 
 Everything is written under a temporary name in the destination's folder and renamed into
 place (rename is atomic within one filesystem), so a reader sees either nothing or the whole.
+A folder being replaced is first renamed into the temporary, never deleted in place; of two
+writers of one folder at once, the first to finish keeps its output.
 
 A SIGKILL runs no cleanup, so a killed writer leaves its temporary behind: hidden, never taken
 for the output. Its name says whose it is, ``.<dest name>.<host>-<pid>.<random>.tmp``, so the
@@ -15,6 +17,7 @@ The one writer of a folder (the holder of a run's lock) removes every temporary 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -23,7 +26,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,8 @@ _OWNED = re.compile(r"\.(?P<dest>.+)\.(?P<host>[^.]+)-(?P<pid>\d+)\.[a-z0-9_]+\.
 # Any temporary of atomic_path, also those named before the owner was (.<dest>.<random>.tmp).
 _ANY = re.compile(r"\..+\.[a-z0-9_]+\.tmp")
 FOREIGN_STALE_S = 7 * 24 * 3600.0
+# How Rust libraries (polars' writers) report an OSError: in the message, often not as an OSError.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 @contextmanager
@@ -57,15 +62,44 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``dest``; on success rename it to ``dest``.
 
     Works for files and directories alike (whatever the body creates at the yielded path).
-    On error the temporary is removed and ``dest`` is left as it was.
+    On error the temporary is removed and ``dest`` is left as it was; an operating-system error
+    that names no file (a full disk under ``Path.write_text``, ``np.savez`` or polars) is raised
+    as an OSError naming ``dest``.
     """
     dest = Path(dest)
     with temporary_beside(dest) as tmp:
         work = tmp / (dest.name + suffix)
-        yield work
+        try:
+            yield work
+        except Exception as err:
+            named = _naming(err, dest)
+            if named is err:
+                raise
+            raise named from err
         if dest.is_dir() and not dest.is_symlink():
-            shutil.rmtree(dest)
-        os.replace(work, dest)
+            # moved aside, not deleted in place, so that neither a reader nor a kill meets a
+            # half-deleted folder (it is gone for an instant); the temporary's removal deletes it
+            with suppress(FileNotFoundError):  # a concurrent writer moved it first
+                os.replace(dest, tmp / "replaced")
+        try:
+            os.replace(work, dest)
+        except OSError as err:
+            # a concurrent writer of the same folder put its whole output there first
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+
+
+def _naming(err: Exception, dest: Path) -> Exception:
+    """``err`` as an OSError with its error number and a file name, where it has neither."""
+    if isinstance(err, OSError) and err.errno is not None:
+        if err.filename is None:
+            err.filename = str(dest)
+        return err
+    found = _RUST_OS_ERROR.search(str(err))
+    if found is None:
+        return err
+    code = int(found[1])
+    return OSError(code, os.strerror(code), str(dest))
 
 
 def remove_stale_temporaries(dest: Path) -> None:
@@ -96,9 +130,9 @@ def last_change(folder: Path) -> float:
 
 
 def destination_of(path: Path) -> Path:
-    """The output that a path inside a temporary of ``atomic_path`` is being written for;
-    ``path`` itself when it is not in one."""
-    for folder in path.parents:
+    """The output that a temporary of ``atomic_path``, or a path inside one, is being written
+    for; ``path`` itself when it is neither."""
+    for folder in (path, *path.parents):
         owner = _OWNED.fullmatch(folder.name)
         if owner:
             return folder.parent / owner["dest"]

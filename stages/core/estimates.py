@@ -139,18 +139,28 @@ EVAL_BATCH_SIZE = 128
 
 
 def architecture(spec: BackboneParams) -> Architecture:
-    """The backbone's layer shapes: its random_init size, a known hub id, or its config.json."""
+    """The backbone's layer shapes: its random_init size, a known hub id, or its config.json;
+    otherwise (a hub id we do not know, a config without them) the largest supported one's,
+    so that a time limit is never too short. A damaged config is no error here: loading the
+    model says what is wrong with it."""
     if spec.random_init is not None:
         r = spec.random_init
         return Architecture(r.num_hidden_layers, r.hidden_size, r.intermediate_size)
     if spec.model in KNOWN_ARCHITECTURES:
         return KNOWN_ARCHITECTURES[spec.model]
-    config = Path(spec.model) / "config.json"
-    if config.is_file():
-        c = json.loads(config.read_text(encoding="utf-8"))
-        shape = {field: next(c[k] for k in keys if k in c) for field, keys in CONFIG_KEYS.items()}
-        return Architecture(**shape)
-    return BERT_LARGE
+    try:
+        config = json.loads((Path(spec.model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return BERT_LARGE
+    if not isinstance(config, dict):
+        return BERT_LARGE
+    shape = {
+        field: next((config[k] for k in keys if k in config), None)
+        for field, keys in CONFIG_KEYS.items()
+    }
+    if not all(isinstance(v, int) and v > 0 for v in shape.values()):
+        return BERT_LARGE
+    return Architecture(**shape)
 
 
 def hardware_for(device: str) -> Hardware:

@@ -96,7 +96,7 @@ class SentEvalParams(EvaluationSettings):
     datasets: ClassVar[tuple[str, ...]] = ("senteval",)
 
     data_dir: str = Field("data/senteval", description="SentEval layout root (has downstream/)")
-    tasks: tuple[SentEvalTask, ...] = SENTEVAL_TASKS
+    tasks: Annotated[tuple[SentEvalTask, ...], Field(min_length=1)] = SENTEVAL_TASKS
     mode: Literal["fasttest", "test"] = Field(
         "test", description="SimCSE's classifier settings: fasttest (k=5) or test (k=10)"
     )
