@@ -10,6 +10,8 @@ from pathlib import Path
 
 import grimp
 
+from stages.core.evaluations import EVALUATIONS
+
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "datasets", "mteb", "numpy", "polars", "scipy", "sklearn")
 CORE_ENTRY_POINTS = (
@@ -62,8 +64,8 @@ def test_no_import_cycles_in_stages() -> None:
 
 
 STAGE_ENTRY_POINTS = (
-    "stages.train", "stages.evaluate_senteval", "stages.evaluate_mteb",
-    "stages.evaluations.sts_tsv", "stages.evaluation_stage",
+    "stages.train", *(evaluation.module for evaluation in EVALUATIONS.values()),
+    "stages.evaluation_stage",
 )  # fmt: skip
 
 

@@ -16,6 +16,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stages.core.code_identity import module_file
+
 # paper: the paper's equations; code: the authors' released code where it differs.
 Implementation = Literal["paper", "code"]
 
@@ -337,6 +339,21 @@ OBJECTIVES: dict[type[ObjectiveSettings], str] = {
     BarlowTwinsSettings: "stages.objectives.unified_gradient:BarlowTwins",
     VICRegSettings: "stages.objectives.unified_gradient:VICReg",
 }
+
+
+def check_registry() -> None:
+    """A mistyped entry is named here, not met as a missing file in the code identity."""
+    for settings, location in OBJECTIVES.items():
+        module, _, cls = location.partition(":")
+        if not cls or not module_file(module).is_file():
+            raise ImportError(
+                f"OBJECTIVES[{settings.__name__}] = '{location}': expected "
+                f"'stages.objectives.<module>:<Class>' of an existing module "
+                f"({module_file(module)} is not a file)"
+            )
+
+
+check_registry()
 
 ObjectiveConfig = Annotated[Union[tuple(OBJECTIVES)], Field(discriminator="name")]  # noqa: UP007
 

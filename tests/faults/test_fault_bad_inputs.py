@@ -17,6 +17,7 @@ from fault_helpers import (
     stage_error,
 )
 
+from stages.core.evaluations import EVALUATIONS
 from stages.training.runner import unfinished_run_note
 
 pytestmark = pytest.mark.faults
@@ -51,18 +52,16 @@ def test_the_unfinished_run_is_pointed_to_only_when_it_exists(tmp_path: Path) ->
     assert unfinished_run_note(partial).startswith(f"\nThe unfinished run is in {partial}: ")
 
 
-@pytest.mark.parametrize(
-    ("module", "args"),
-    [
-        ("stages.evaluate_senteval", []),
-        ("stages.evaluate_mteb", []),
-        ("stages.evaluations.sts_tsv", ["--file", "mine=mine.tsv"]),
-    ],
-)
+# The arguments an evaluation's stage needs besides --experiment (none: not listed).
+EVALUATION_ARGS = {"sts_tsv": ["--file", "mine=mine.tsv"]}
+
+
+@pytest.mark.parametrize("evaluation", EVALUATIONS)
 def test_an_unknown_experiment_is_refused_by_every_evaluation(
-    module: str, args: list[str], workspace: Path, monkeypatch: pytest.MonkeyPatch,
+    evaluation: str, workspace: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    err = stage_error(module, ["--experiment", "nosuch.tiny.s1", *args], monkeypatch, capsys)
+    args = ["--experiment", "nosuch.tiny.s1", *EVALUATION_ARGS.get(evaluation, [])]
+    err = stage_error(EVALUATIONS[evaluation].module, args, monkeypatch, capsys)
     assert err == f"error: unknown experiment 'nosuch.tiny.s1'; planned: {EXPERIMENT}\n"
     assert no_finished_outputs(workspace)

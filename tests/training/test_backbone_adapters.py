@@ -367,8 +367,12 @@ def test_a_family_without_a_pooler_gets_the_simcse_head_attached(
         ContrastiveModel(load_backbone(backbones[model_type], dropout=0.0), "cls")
 
 
+# Families with no packed layout (none so far): each is tested like the two cases below.
+PADDED_ONLY = [model_type for model_type, adapter in ADAPTERS.items() if adapter.padded_only]
+
+
 @pytest.mark.parametrize(
-    "case", ["deberta-v2 with its convolution", "a family declared padded only"]
+    "case", ["deberta-v2 with its convolution", "a family declared padded only", *PADDED_ONLY]
 )
 def test_models_the_packed_forward_does_not_cover_run_the_padded_one(
     case: str, backbones, tokenizer, tmp_path, monkeypatch: pytest.MonkeyPatch
@@ -376,6 +380,8 @@ def test_models_the_packed_forward_does_not_cover_run_the_padded_one(
     if case.startswith("deberta"):
         params = tiny_backbone(tmp_path, "deberta-v2", tokenizer, conv_kernel_size=3)
         reason = "the convolution after its first layer"
+    elif case in PADDED_ONLY:
+        params, reason = backbones[case], ADAPTERS[case].padded_only
     else:
         reason = "declared padded only here"
         monkeypatch.setitem(
