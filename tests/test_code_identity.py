@@ -68,6 +68,19 @@ def test_a_packages_data_files_are_code_of_its_modules(tmp_path: Path) -> None:
     assert source_fingerprint(table) != before
 
 
+def test_a_packages_documentation_and_hidden_files_are_not_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "stages" / "tables"
+    package.mkdir(parents=True)
+    for name in ("__init__.py", "scores.csv", "words.txt", "README.md", ".scores.csv.swp"):
+        (package / name).write_text("x")
+    (package / "__pycache__").mkdir()
+    monkeypatch.setattr(code_identity, "SOURCE_ROOT", tmp_path)
+    found = sorted(p.name for p in code_identity.package_data_files("stages.tables"))
+    assert found == ["scores.csv", "words.txt"]
+
+
 def test_the_senteval_protocol_is_evaluation_code_not_training_code() -> None:
     train = set(
         plan_runs(load_params(REPO / "presets" / "smoke.yaml"))["simcse.tiny-bert.s42"].code_files

@@ -14,9 +14,9 @@ A file's fingerprint is the sha256 of its syntax tree with docstrings removed (`
 without positions): comments, docstrings, blank lines and formatting change nothing, while any
 change to what the code does (a sign, a constant, an argument) changes the fingerprint.
 
-A package's data files (every file in its folder that is not Python source, hidden, or a
-cache, such as the report's ``stages/reference/published.csv``) are code of every module of the
-package: their fingerprint is the sha256 of their bytes.
+A package's data files (the files of its folder with a data suffix, ``DATA_SUFFIXES``, such as
+the report's ``stages/reference/published.csv``; not its documentation) are code of every
+module of the package: their fingerprint is the sha256 of their bytes.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ OUTSIDE_CODE_IDENTITY = ("stages.core", "stages.cli")
 # sets run (an edit must re-evaluate). Objectives' derived switches are hashed as values instead
 # (``ObjectiveSettings.derived``), so adding an objective retrains nothing.
 CORE_MODULES_IN_CODE_IDENTITY = ("stages.core.mteb_task_sets",)
+# What a file in a package folder must end with to be read as data by the package's code.
+DATA_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".yaml", ".yml", ".txt", ".parquet", ".npy",
+                 ".npz", ".safetensors")  # fmt: skip
 
 
 def module_file(module: str) -> Path:
@@ -199,10 +202,7 @@ def package_data_files(module: str) -> list[Path]:
     return [
         path
         for path in init.parent.iterdir()
-        if path.is_file()
-        and path.suffix not in (".py", ".pyc")
-        and not path.name.startswith(".")
-        and not path.name.endswith("~")
+        if path.suffix in DATA_SUFFIXES and not path.name.startswith(".") and path.is_file()
     ]
 
 

@@ -21,8 +21,9 @@ except ParamsError as err:
 # changes nothing a job computes; its `fingerprint` param covers what does.
 PARAMS_ARG = JOBS.params_arg
 
-for line in JOBS.count_foreign_outputs():
-    print(line, file=sys.stderr)
+if workflow.is_main_process:
+    for line in JOBS.count_foreign_outputs():
+        print(line, file=sys.stderr)
 
 PIPELINE_ENV = "../envs/pipeline.yaml"
 # Each rule's shell line ends `2>&1 | (trap '' INT TERM; exec tee {log})`: Ctrl-C and scancel

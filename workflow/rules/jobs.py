@@ -41,26 +41,26 @@ class RuleJobs:
         # " --params FILE" unless the default params.yaml is used (the same for every job)
         self.params_arg = next(iter(self.jobs.values())).params_arg
         self.evaluations_pattern = "|".join(EVALUATIONS)
-        self.redo_counts: dict[str, int] = {}
+        try:
+            self.redo_counts: dict[str, int] = json.loads(REDO_COUNTS.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.redo_counts = {}
 
     def triplets_source(self, wildcards: Any) -> Run:
         """The run whose backbone and method the triplets job of this id is made for."""
         return self.sources[wildcards.triplets_id]
 
-    def count_foreign_outputs(self, counts_file: Path = REDO_COUNTS) -> list[str]:
-        """Count, in ``counts_file``, each time an experiment output (train.json,
+    def count_foreign_outputs(self) -> list[str]:
+        """Count, in ``REDO_COUNTS``, each time an experiment output (train.json,
         <evaluation>.json) records another run or evaluation than the plan's, or cannot be read;
-        a message per such output.
+        a message per such output. For the main Snakemake process only: a job's own parse of the
+        Snakefile (a cluster job) would count the output it is about to redo once more.
 
         Another params file's stage wrote it (a stage run by hand, `dvc repro` of an edit since
         reverted). Snakemake cannot see that: the job's params are those it recorded, and a newer
         input file with the content it recorded reruns nothing. The count is part of the job's
         ``fingerprint`` param, so a new count reruns the job once (from the store when stored)
         and the same count later reruns nothing."""
-        try:
-            counts = json.loads(counts_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            counts = {}
         found = []
         for stage, experiment in self.jobs:
             if stage != "train" and stage not in EVALUATIONS:
@@ -68,11 +68,10 @@ class RuleJobs:
             problem = recorded_output(stage, experiment, self.params, self.runs)[1]
             if problem is not None and problem != "missing":
                 path = output_file(stage, experiment).as_posix()
-                counts[path] = counts.get(path, 0) + 1
+                self.redo_counts[path] = self.redo_counts.get(path, 0) + 1
                 found.append(f"{path} is redone ({problem})")
         if found:
-            write_json(counts_file, counts)
-        self.redo_counts = counts
+            write_json(REDO_COUNTS, self.redo_counts)
         return found
 
     def outputs(self) -> list[str]:
