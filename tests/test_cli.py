@@ -87,6 +87,22 @@ def test_a_full_disk_is_named_whichever_writer_meets_it(
     assert list(dest.parent.iterdir()) == []
 
 
+def test_a_file_read_inside_a_write_is_named_by_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """polars names the file it failed to read after its '(os error N)'."""
+    dest, source = tmp_path / "reports" / "results", tmp_path / "unreadable.parquet"
+
+    def report(argv: object) -> None:
+        with atomic_path(dest):
+            raise PermissionError(f"Permission denied (os error 13): {source}")  # no errno
+
+    monkeypatch.setattr("sys.argv", ["stage"])
+    with pytest.raises(SystemExit):
+        cli.run(report)
+    assert capsys.readouterr().err.startswith(f"error: Permission denied at {source}. ")
+
+
 def test_a_temporary_that_cannot_be_made_is_named_by_its_output(tmp_path: Path) -> None:
     """mkdtemp in a read-only folder names the temporary it tried to make."""
     temporary = tmp_path / f".x.parquet.{HOST_TAG}-123.abc_1.tmp"

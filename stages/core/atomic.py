@@ -39,8 +39,9 @@ _OWNED = re.compile(r"\.(?P<dest>.+)\.(?P<host>[^.]+)-(?P<pid>\d+)\.[a-z0-9_]+\.
 # Any temporary of atomic_path, also those named before the owner was (.<dest>.<random>.tmp).
 _ANY = re.compile(r"\..+\.[a-z0-9_]+\.tmp")
 FOREIGN_STALE_S = 7 * 24 * 3600.0
-# How Rust libraries (polars' writers) report an OSError: in the message, often not as an OSError.
-_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+# How Rust libraries (polars) report an OSError: in the message, often not as an OSError, with
+# the path after it when one is known (a file read), without one when writing.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)(?::\s*(?P<path>\S.*))?")
 
 
 @contextmanager
@@ -90,7 +91,8 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
 
 
 def _naming(err: Exception, dest: Path) -> Exception:
-    """``err`` as an OSError with its error number and a file name, where it has neither."""
+    """``err`` as an OSError with its error number and a file name (the one it names, else
+    ``dest``), where it has neither."""
     if isinstance(err, OSError) and err.errno is not None:
         if err.filename is None:
             err.filename = str(dest)
@@ -99,7 +101,7 @@ def _naming(err: Exception, dest: Path) -> Exception:
     if found is None:
         return err
     code = int(found[1])
-    return OSError(code, os.strerror(code), str(dest))
+    return OSError(code, os.strerror(code), found["path"] or str(dest))
 
 
 def remove_stale_temporaries(dest: Path) -> None:

@@ -22,7 +22,7 @@ except ParamsError as err:
 PARAMS_ARG = JOBS.params_arg
 
 if workflow.is_main_process:
-    for line in JOBS.count_foreign_outputs():
+    for line in JOBS.redo_foreign_outputs():
         print(line, file=sys.stderr)
 
 PIPELINE_ENV = "../envs/pipeline.yaml"

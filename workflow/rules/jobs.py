@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,10 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS
                     "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
 
 
-# How often each experiment output was found written by another params file's stage.
-REDO_COUNTS = CACHE / "snakemake_redo_counts.json"
+# When each experiment output was last found written by another params file's stage (ns).
+FOREIGN_OUTPUTS = CACHE / "snakemake_foreign_outputs.json"
+# An old modification time (not 0, which Snakemake reads as none) for such an output.
+BACKDATED = 86_400
 
 
 class RuleJobs:
@@ -42,36 +45,38 @@ class RuleJobs:
         self.params_arg = next(iter(self.jobs.values())).params_arg
         self.evaluations_pattern = "|".join(EVALUATIONS)
         try:
-            self.redo_counts: dict[str, int] = json.loads(REDO_COUNTS.read_text(encoding="utf-8"))
+            self.foreign: dict[str, int] = json.loads(FOREIGN_OUTPUTS.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            self.redo_counts = {}
+            self.foreign = {}
 
     def triplets_source(self, wildcards: Any) -> Run:
         """The run whose backbone and method the triplets job of this id is made for."""
         return self.sources[wildcards.triplets_id]
 
-    def count_foreign_outputs(self) -> list[str]:
-        """Count, in ``REDO_COUNTS``, each time an experiment output (train.json,
-        <evaluation>.json) records another run or evaluation than the plan's, or cannot be read;
-        a message per such output. For the main Snakemake process only: a job's own parse of the
-        Snakefile (a cluster job) would count the output it is about to redo once more.
+    def redo_foreign_outputs(self) -> list[str]:
+        """Make Snakemake redo every experiment output (train.json, <evaluation>.json) that
+        records another run or evaluation than the plan's, or cannot be read; a message for each.
 
         Another params file's stage wrote it (a stage run by hand, `dvc repro` of an edit since
-        reverted). Snakemake cannot see that: the job's params are those it recorded, and a newer
-        input file with the content it recorded reruns nothing. The count is part of the job's
-        ``fingerprint`` param, so a new count reruns the job once (from the store when stored)
-        and the same count later reruns nothing."""
+        reverted), which Snakemake cannot see: the job's params are those it recorded, and it
+        reruns nothing for a newer input whose content it recorded. So the time of this finding
+        (``FOREIGN_OUTPUTS``, never the same twice) is part of the job's ``fingerprint`` param,
+        which reruns it where Snakemake has records of the job; where it has none (a workspace
+        `dvc repro` built), it reruns for the output's modification time, set back to 1970-01-02.
+        A rerun takes the result from the store when stored. For the main Snakemake process only:
+        a cluster job's own parse of the Snakefile would find the output it is redoing."""
         found = []
         for stage, experiment in self.jobs:
             if stage != "train" and stage not in EVALUATIONS:
                 continue
             problem = recorded_output(stage, experiment, self.params, self.runs)[1]
             if problem is not None and problem != "missing":
-                path = output_file(stage, experiment).as_posix()
-                self.redo_counts[path] = self.redo_counts.get(path, 0) + 1
+                path = output_file(stage, experiment)
+                self.foreign[path.as_posix()] = time.time_ns()
+                os.utime(path, (BACKDATED, BACKDATED))
                 found.append(f"{path} is redone ({problem})")
         if found:
-            write_json(REDO_COUNTS, self.redo_counts)
+            write_json(FOREIGN_OUTPUTS, self.foreign)
         return found
 
     def outputs(self) -> list[str]:
@@ -98,8 +103,9 @@ class RuleJobs:
 
         def fingerprint(wildcards: Any) -> str:
             job = self.job(stage, key, wildcards, wildcard)
-            redone = [self.redo_counts.get(Path(out).as_posix(), 0) for out in job.outputs]
-            return job_fingerprint(self.params, job) + "".join(f"+{n}" for n in redone if n)
+            paths = [Path(out).as_posix() for out in job.outputs]
+            found = [self.foreign[path] for path in paths if path in self.foreign]
+            return job_fingerprint(self.params, job) + "".join(f"+{ns}" for ns in found)
 
         return fingerprint
 
