@@ -17,13 +17,15 @@ from stages.analyses import figures
 from stages.cli import parser, run
 from stages.core import layout
 from stages.core.atomic import atomic_path, write_json
+from stages.core.jobs import stage_fingerprint
 from stages.core.params import FiguresParams, load_params
 
 DEFAULT_OUT = layout.analyses_dir()
 
 
-def write_figures(params: FiguresParams, out: Path) -> list[str]:
-    """Compute and render every figure into ``out``; returns the figure names."""
+def write_figures(params: FiguresParams, out: Path, job_fingerprint: str) -> list[str]:
+    """Compute and render every figure into ``out``; returns the figure names. ``index.json``
+    records ``job_fingerprint`` (``stages.core.jobs.stage_fingerprint``)."""
     entries = []
     with atomic_path(out) as tmp:
         tmp.mkdir()
@@ -31,7 +33,12 @@ def write_figures(params: FiguresParams, out: Path) -> list[str]:
             figure.data.write_csv(tmp / f"{figure.name}.csv", float_precision=12)
             figure.render(figure.data, tmp / f"{figure.name}.png")
             entries.append(figure.entry())
-        write_json(tmp / "index.json", {"figures": entries, "params": params.model_dump()})
+        index = {
+            "figures": entries,
+            "params": params.model_dump(),
+            "job_fingerprint": job_fingerprint,
+        }
+        write_json(tmp / "index.json", index)
     return [entry["name"] for entry in entries]
 
 
@@ -39,8 +46,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     args = p.parse_args(argv)
-    params = load_params(args.params).figures
-    names = write_figures(params, args.out)
+    params = load_params(args.params)
+    names = write_figures(params.figures, args.out, stage_fingerprint(params, "figures"))
     print(f"wrote {len(names)} figures to {args.out}: {', '.join(names)}")
 
 

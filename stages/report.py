@@ -27,6 +27,7 @@ from stages import cli
 from stages.core import layout
 from stages.core.atomic import atomic_path, write_json
 from stages.core.evaluations import EVALUATIONS
+from stages.core.jobs import stage_fingerprint
 from stages.core.params import Params, load_params
 from stages.reference import published
 from stages.reporting import figures as fig
@@ -147,6 +148,8 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
         (tmp / "report.md").write_text(text, encoding="utf-8")
         page = html_page(title, intro, summary_tables, summary_figures, shown, tables)
         (tmp / "report.html").write_text(page, encoding="utf-8")
+        job = {"job_fingerprint": stage_fingerprint(params, "report")}
+        write_json(tmp / layout.report_job_file().name, job)
     metrics = flat_metrics(summary, collected)
     write_json(root / layout.report_metrics_file(), metrics)
     return metrics

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,28 @@ def test_a_published_number_rebuilds_the_report_and_nothing_else(
     assert planned_snakemake_jobs(workspaces["snakemake"]) == {"report"}
     output = dvc_repro(workspaces["dvc"])
     assert stages_run_by_dvc(output) == {"code", "report"}
+
+
+def test_figures_and_a_report_another_params_file_made_are_redone(
+    workspaces: dict[str, Path],
+) -> None:
+    """The figures and the report record their job's fingerprint; made by hand with other
+    params, they are redone (Snakemake kept them, and the report said the other params')."""
+    root = workspaces["snakemake"]
+    snakemake(root)  # what the edits before left to do
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    raw["report"]["significance_test"] = "wilcoxon"
+    raw["figures"]["negatives"] = 63
+    (root / "other.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    run([sys.executable, "-m", "stages.report", "--params", "other.yaml"], root)
+    assert planned_snakemake_jobs(root) == {"report"}
+    analyses = ["--out", "reports/analyses"]
+    run([sys.executable, "-m", "stages.figures", *analyses, "--params", "other.yaml"], root)
+    assert planned_snakemake_jobs(root) == {"figures", "report"}
+    snakemake(root)
+    assert planned_snakemake_jobs(root) == set()
+    index = json.loads((root / "reports" / "analyses" / "index.json").read_text())
+    assert index["params"]["negatives"] == 127
 
 
 def test_an_output_another_params_file_wrote_is_redone(workspaces: dict[str, Path]) -> None:

@@ -281,6 +281,13 @@ def job_fingerprint(params: Params, job: Job) -> str:
     )
 
 
+def stage_fingerprint(params: Params, stage: str) -> str:
+    """The fingerprint of the job of ``stage`` (figures, report: one job each) that ``params``
+    plan. Those stages record it in their output, so that one another params file's stage wrote
+    is told apart (workflow/rules/jobs.py)."""
+    return job_fingerprint(params, next(job for job in build_jobs(params) if job.stage == stage))
+
+
 def code_manifests(jobs: Sequence[Job]) -> dict[str, dict[str, Any]]:
     """{manifest file: its content} for the jobs' distinct code: the entry modules and the
     fingerprint of every source file they run (what ``job_fingerprint`` hashes)."""

@@ -82,6 +82,11 @@ def report_metrics_file() -> Path:
     return REPORTS / "metrics.json"
 
 
+def report_job_file() -> Path:
+    """The fingerprint of the report's job (``stages.core.jobs.stage_fingerprint``)."""
+    return REPORTS / "results" / "job.json"
+
+
 def analyses_dir() -> Path:
     """The figures stage's output: the papers' analyses that need no training (PNG + CSV)."""
     return REPORTS / "analyses"

@@ -17,7 +17,7 @@ from stages.core.atomic import write_json
 from stages.core.estimates import job_limit_minutes
 from stages.core.evaluations import EVALUATIONS, output_file
 from stages.core.jobs import Job, build_jobs, job_fingerprint, triplets_sources
-from stages.core.layout import CACHE
+from stages.core.layout import CACHE, analyses_dir, report_job_file, report_metrics_file
 from stages.core.params import Params
 from stages.core.run_store import recorded_output
 from stages.core.runs import Run, plan_runs
@@ -33,6 +33,13 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS
 FOREIGN_OUTPUTS = CACHE / "snakemake_foreign_outputs.json"
 # An old modification time (not 0, which Snakemake reads as none) for such an output.
 BACKDATED = 86_400
+# The file whose time Snakemake takes for a folder output's.
+SNAKEMAKE_FOLDER_TIME = ".snakemake_timestamp"
+# Stages with one job whose output records the job's fingerprint: (that record, the output).
+RECORDED_FINGERPRINT = {
+    "report": (report_job_file(), report_metrics_file()),
+    "figures": (analyses_dir() / "index.json", analyses_dir()),
+}
 
 
 class RuleJobs:
@@ -55,7 +62,9 @@ class RuleJobs:
 
     def redo_foreign_outputs(self) -> list[str]:
         """Make Snakemake redo every experiment output (train.json, <evaluation>.json) that
-        records another run or evaluation than the plan's, or cannot be read; a message for each.
+        records another run or evaluation than the plan's, and the figures and the report where
+        they record another job fingerprint (``stages.core.jobs.stage_fingerprint``), or what
+        cannot be read; a message for each.
 
         Another params file's stage wrote it (a stage run by hand, `dvc repro` of an edit since
         reverted), which Snakemake cannot see: the job's params are those it recorded, and it
@@ -66,18 +75,38 @@ class RuleJobs:
         A rerun takes the result from the store when stored. For the main Snakemake process only:
         a cluster job's own parse of the Snakefile would find the output it is redoing."""
         found = []
-        for stage, experiment in self.jobs:
-            if stage != "train" and stage not in EVALUATIONS:
-                continue
-            problem = recorded_output(stage, experiment, self.params, self.runs)[1]
-            if problem is not None and problem != "missing":
-                path = output_file(stage, experiment)
+        for (stage, key), job in self.jobs.items():
+            foreign = self._foreign_output(stage, key, job)
+            if foreign is not None:
+                path, problem = foreign
                 self.foreign[path.as_posix()] = time.time_ns()
-                os.utime(path, (BACKDATED, BACKDATED))
+                for written in (path, path / SNAKEMAKE_FOLDER_TIME):  # a folder's time: its file
+                    if written.exists():
+                        os.utime(written, (BACKDATED, BACKDATED))
                 found.append(f"{path} is redone ({problem})")
         if found:
             write_json(FOREIGN_OUTPUTS, self.foreign)
         return found
+
+    def _foreign_output(self, stage: str, key: str | None, job: Job) -> tuple[Path, str] | None:
+        """(the job's output to redo, why) when something else than the plan's job wrote it."""
+        if stage == "train" or stage in EVALUATIONS:
+            problem = recorded_output(stage, key, self.params, self.runs)[1]
+            if problem is None or problem == "missing":
+                return None
+            return output_file(stage, key), problem
+        if stage not in RECORDED_FINGERPRINT:
+            return None
+        record, output = RECORDED_FINGERPRINT[stage]
+        try:
+            recorded = json.loads(record.read_text(encoding="utf-8")).get("job_fingerprint")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded == job_fingerprint(self.params, job):
+            return None
+        return output, "made with other params or code"
 
     def outputs(self) -> list[str]:
         return [out for job in self.jobs.values() for out in job.outputs]
