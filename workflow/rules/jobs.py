@@ -29,7 +29,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS
                     "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
 
 
-# When each experiment output was last found written by another params file's stage (ns).
+# When each output was last found made by another params file's stage (ns since the epoch).
 FOREIGN_OUTPUTS = CACHE / "snakemake_foreign_outputs.json"
 # An old modification time (not 0, which Snakemake reads as none) for such an output.
 BACKDATED = 86_400
@@ -128,7 +128,8 @@ class RuleJobs:
     ) -> Callable:
         """The job's params values and source files' syntax trees: Snakemake reruns a job when
         a rule's params change, so it reruns exactly when DVC would (a tracked key or a source
-        file's code changed; a comment or docstring edit changes nothing)."""
+        file's code changed; a comment or docstring edit changes nothing), and once more for
+        each finding of ``redo_foreign_outputs``."""
 
         def fingerprint(wildcards: Any) -> str:
             job = self.job(stage, key, wildcards, wildcard)
