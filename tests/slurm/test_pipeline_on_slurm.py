@@ -99,7 +99,7 @@ def test_the_pipeline_on_slurm_gives_the_local_results(
     # Training and evaluation ran as SLURM jobs; downloads stayed on the submitting machine.
     log = done.stdout + done.stderr
     submitted = re.findall(r"submitted with SLURM jobid \d+ \(log: \S+/slurm_logs/rule_(\w+)/", log)
-    assert sorted(submitted) == ["senteval", "senteval", "train", "train"]
+    assert sorted(submitted) == ["evaluate", "evaluate", "train", "train"]  # the generic rule
     assert "localrule download_corpus:" in log
 
 
