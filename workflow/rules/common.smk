@@ -21,7 +21,8 @@ except ParamsError as err:
 # changes nothing a job computes; its `fingerprint` param covers what does.
 PARAMS_ARG = JOBS.params_arg
 
-if workflow.is_main_process:
+# (not in a cluster job's own parse; a Snakemake 9 without the property is taken as main)
+if getattr(workflow, "is_main_process", True):
     for line in JOBS.redo_foreign_outputs():
         print(line, file=sys.stderr)
 
