@@ -2,7 +2,8 @@
 tiny BERT, STS-B): a comment edit reruns nothing; a change to SimACE's arithmetic retrains and
 re-evaluates exactly the SimACE run and rebuilds the report; a change to the SentEval protocol
 re-evaluates every run and retrains none; an edit of a published number rebuilds the report only;
-a change of one method's tau reruns that method only.
+outputs a stage made by hand with other params are redone by Snakemake; a change of one method's
+tau reruns that method only.
 """
 
 from __future__ import annotations
