@@ -158,3 +158,13 @@ def write_text(dest: str | Path, text: str) -> None:
 
 def write_json(dest: str | Path, data: Any) -> None:
     write_text(dest, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json_cache(path: str | Path) -> dict[str, Any]:
+    """A cache file written by ``write_json``/``write_text``; empty when absent or unreadable
+    (a cache is rebuilt, never trusted half-read)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from stages.core.atomic import write_text
+from stages.core.atomic import read_json_cache, write_text
 from stages.core.data_check import stat_key
 from stages.core.layout import CACHE
 
@@ -117,10 +117,7 @@ class _SourceFacts:
 
     def _load(self) -> dict[str, list[Any]]:
         if self.entries is None:
-            try:
-                self.entries = json.loads(self.store.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                self.entries = {}
+            self.entries = read_json_cache(self.store)
         return self.entries
 
     def get(self, path: Path, module: str) -> tuple[str, tuple[str, ...]]:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from stages.core import layout
-from stages.core.atomic import write_text
+from stages.core.atomic import read_json_cache, write_text
 from stages.core.data_manifest import is_under, load_manifest
 from stages.core.errors import StageError
 
@@ -36,16 +36,9 @@ def stat_key(path: Path) -> str:
     return f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}:{stat.st_ino}"
 
 
-def _read_cache() -> dict[str, list[str]]:
-    try:
-        return json.loads(HASH_CACHE.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def cached_sha256(paths: list[Path]) -> dict[Path, str]:
     """sha256 of every file, rehashing only files written since (``stat_key``)."""
-    stored = _read_cache()
+    stored = read_json_cache(HASH_CACHE)
     hashes, changed = {}, False
     for path in paths:
         key, name = stat_key(path), str(path.resolve())

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stages.core.atomic import write_json
+from stages.core.atomic import read_json_cache, write_json
 from stages.core.estimates import job_limit_minutes
 from stages.core.evaluations import EVALUATIONS, output_file
 from stages.core.jobs import Job, build_jobs, job_fingerprint, triplets_sources
@@ -51,10 +51,7 @@ class RuleJobs:
         # " --params FILE" unless the default params.yaml is used (the same for every job)
         self.params_arg = next(iter(self.jobs.values())).params_arg
         self.evaluations_pattern = "|".join(EVALUATIONS)
-        try:
-            self.foreign: dict[str, int] = json.loads(FOREIGN_OUTPUTS.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            self.foreign = {}
+        self.foreign: dict[str, int] = read_json_cache(FOREIGN_OUTPUTS)
 
     def triplets_source(self, wildcards: Any) -> Run:
         """The run whose backbone and method the triplets job of this id is made for."""
