@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import pytest
 
 from stages import cli
 from stages.core.atomic import HOST_TAG, atomic_path, destination_of, write_json
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -145,6 +149,42 @@ def test_an_interrupt_says_what_is_kept(
         err = capsys.readouterr().err
         assert f"nothing cut short looks finished; {kept}" in err
         assert "<" not in err and "discarded" not in err
+
+
+INTERRUPT_AN_IMPORT = """
+import sys
+
+class Interrupt:  # Ctrl-C arriving while the stage imports polars
+    def find_spec(self, name, path=None, target=None):
+        if name == "polars":
+            raise KeyboardInterrupt
+
+sys.meta_path.insert(0, Interrupt())
+"""
+
+
+def test_an_interrupt_while_a_stage_imports_is_one_line(tmp_path: Path) -> None:
+    """Before ``cli.run`` handles Ctrl-C (the stage module's imports), the stages package's
+    hook prints one line instead of the cut-short import's traceback; the process still ends
+    by SIGINT, as Python ends an interrupted program."""
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPT_AN_IMPORT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "stages.report", "--help"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.stderr == "interrupted while starting: nothing was written\n"
+    assert done.returncode == -signal.SIGINT
+
+
+def test_the_hook_is_a_stage_processs_only() -> None:
+    """A library user importing ``stages`` keeps Python's own excepthook."""
+    code = "import sys, stages; print(sys.excepthook is sys.__excepthook__)"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout == "True\n"
 
 
 def test_sigterm_is_not_swallowed_and_a_second_one_does_not_cut_the_cleanup_short(

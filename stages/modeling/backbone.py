@@ -86,6 +86,14 @@ def loading(label: str, what: str, location: str) -> Iterator[None]:
     except LOAD_ERRORS as err:
         where = "" if location in label else f" from {location}"
         raise ModelLoadError(f"{label}: cannot load its {what}{where}: {err}") from None
+    except RuntimeError as err:  # weights whose shapes differ from what config.json builds
+        if "mismatch" not in str(err):
+            raise
+        where = "" if location in label else f" from {location}"
+        raise ModelLoadError(
+            f"{label}: its {what}{where} do not fit its config.json (tensor shapes differ; "
+            f"transformers' load report above lists them): {err}"
+        ) from None
 
 
 def require_vocabulary(tokenizer: PreTrainedTokenizerBase, label: str, location: str) -> None:

@@ -34,6 +34,7 @@ from stages.core.params import POOLERS
 from stages.modeling.backbone import loading, model_location, pretrained_tokenizer
 from stages.modeling.backbone_adapters import find_adapter
 from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info
+from stages.modeling.cpu_linear import use_onednn_linear
 from stages.modeling.pooler_head import pooler_head, restore_pooler_head
 from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
 from stages.modeling.unpadded import Packing, packed_forward, unpadding_unsupported
@@ -239,6 +240,8 @@ class SentenceEncoder:
                 f"{self.model_name}: pooler 'cls' needs the trained pooler (dense + tanh) "
                 "weights, which the checkpoint lacks; use cls_before_pooler"
             )
+        if self.device.type == "cpu":
+            use_onednn_linear(model)  # fp32 products on oneDNN (cpu_linear.py)
         return model.to(self.device).eval()
 
     def __call__(self, sentences: Sequence[str]) -> np.ndarray:

@@ -61,6 +61,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from stages.modeling.backbone_adapters import ADAPTERS, find_adapter
 from stages.modeling.batched_attention import batched_attention
+from stages.modeling.cpu_linear import OneDnnLinear, linear
 from stages.modeling.dropout import FAST_DROPOUT_SDPA, dropout_mask
 
 # Attention implementations that take a (batch, 1, 1, keys) mask ready made: boolean (True:
@@ -132,7 +133,8 @@ class Packing:
     real tokens changes from batch to batch: a training step on fresh batches took 17-27% longer
     than on batches whose shapes it had seen (all-MiniLM-L6-v2 and a 2 × 128 encoder,
     AVX512-BF16), and a run meets new shapes for as long as it lasts. Rounding keeps the shapes to
-    a few dozen for a few percent more rows. fp32 on the CPU (MKL) and CUDA need no rounding.
+    a few dozen for a few percent more rows. The trainer's fp32 products on an x86 CPU run on
+    oneDNN too (``stages.modeling.cpu_linear``); CUDA needs no rounding.
     """
 
     indices: torch.Tensor
@@ -278,10 +280,11 @@ def packed_forward(
 def _qkv(projections: tuple[nn.Module, nn.Module, nn.Module], states: torch.Tensor) -> torch.Tensor:
     """(tokens, 3 * hidden): Q, K and V in one matrix product when the projections are plain
     Linear layers (else through the modules, e.g. adapters)."""
-    if all(type(p) is nn.Linear and p.bias is not None for p in projections):
+    if all(type(p) in (nn.Linear, OneDnnLinear) and p.bias is not None for p in projections):
         weight = torch.cat([p.weight for p in projections])
         bias = torch.cat([p.bias for p in projections])
-        return F.linear(states, weight, bias)
+        product = linear if isinstance(projections[0], OneDnnLinear) else F.linear
+        return product(states, weight, bias)
     return torch.cat([p(states) for p in projections], dim=-1)
 
 

@@ -16,7 +16,13 @@ from stages.objectives.base import Objective
 
 def loss_class(name: str) -> type[Objective]:
     module, cls = loss_location(name)
-    return getattr(importlib.import_module(module), cls)
+    found = getattr(importlib.import_module(module), cls, None)
+    if not (isinstance(found, type) and issubclass(found, Objective)):
+        raise ImportError(
+            f"objective '{name}': OBJECTIVES names '{module}:{cls}', but {module} has no "
+            f"Objective subclass {cls}"
+        )
+    return found
 
 
 def build_objective(settings: ObjectiveSettings) -> Objective:

@@ -21,6 +21,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.modeling.backbone import ModelLoadError, load_backbone, load_tokenizer
+from stages.modeling.cpu_linear import use_onednn_linear
 from stages.modeling.dropout import use_fast_dropout
 from stages.training import distributed as dist_util
 from stages.training.data import (
@@ -194,6 +195,8 @@ def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
         # FastDropout draws its CPU masks with an in-place random_, where torch.compile breaks
         # the graph at every dropout; compiled, the backbone's own dropout is traced instead
         use_fast_dropout(encoder)
+        if runtime.device.type == "cpu":  # fp32 products on oneDNN (cpu_linear.py)
+            use_onednn_linear(encoder)
     if train.pooler == "cls":
         reset_mlp_head(encoder, job.seed)
     else:

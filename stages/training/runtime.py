@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from stages.core.errors import StageError
+from stages.modeling.cpu_linear import onednn_linear_available
 
 # Named phases of a step for torch.profiler (benchmarks/train_overhead.py); ~1 us each otherwise.
 phase = torch.profiler.record_function
@@ -36,9 +37,11 @@ class Runtime:
 
     @property
     def packed_rows_multiple(self) -> int:
-        """Filler rows round an unpadded batch up to this many rows (``unpadded.Packing``): 64 in
-        bf16 on the CPU, where every new matrix shape costs oneDNN a kernel build; else 1."""
-        return 64 if self.device.type == "cpu" and self.autocast_dtype is not None else 1
+        """Filler rows round an unpadded batch up to this many rows (``unpadded.Packing``): 64
+        where the products run on oneDNN, which builds a kernel for every new matrix shape (the
+        CPU in bf16, and in fp32 on x86: ``cpu_linear``); else 1."""
+        on_onednn = self.autocast_dtype is not None or onednn_linear_available()
+        return 64 if self.device.type == "cpu" and on_onednn else 1
 
     def autocast(self) -> AbstractContextManager[None]:
         return torch.autocast(

@@ -55,6 +55,18 @@ def test_a_mistyped_registry_entry_is_named(monkeypatch: pytest.MonkeyPatch) -> 
         check_registry()
 
 
+def test_a_registry_entry_naming_a_missing_class_is_named(monkeypatch: pytest.MonkeyPatch):
+    infonce = SETTINGS_BY_NAME["infonce"]
+    monkeypatch.setitem(OBJECTIVES, infonce, "stages.objectives.infonce:InfoNSE")
+    check_registry()  # the module exists; the class is looked up when the loss is built
+    with pytest.raises(ImportError) as err:
+        build_objective(infonce(name="infonce"))
+    assert str(err.value) == (
+        "objective 'infonce': OBJECTIVES names 'stages.objectives.infonce:InfoNSE', but "
+        "stages.objectives.infonce has no Objective subclass InfoNSE"
+    )
+
+
 @pytest.mark.parametrize("name", sorted(SETTINGS_BY_NAME))
 def test_each_loss_subclasses_its_settings_and_is_built_from_them(name):
     settings = SETTINGS_BY_NAME[name](name=name)

@@ -4,6 +4,7 @@ every word to [UNK])."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,21 @@ def test_truncated_weights_are_refused_naming_the_model(minilm_path: str, tmp_pa
     with pytest.raises(ModelLoadError, match=r"\): cannot load its weights: .*incomplete"):
         load_backbone(BackboneParams(model=str(folder)), dropout=0.1, key="tiny")
     with pytest.raises(ModelLoadError, match=rf"^{folder}: cannot load its weights: "):
+        SentenceEncoder(str(folder), "mean", device="cpu")
+
+
+def test_weights_that_do_not_fit_config_json_are_refused_naming_the_model(
+    minilm_path: str, tmp_path: Path
+) -> None:
+    """A config.json edited (or copied from another model) so that the weights' shapes differ
+    from what it builds: transformers raises a bare RuntimeError after its load report."""
+    folder = linked_copy(minilm_path, tmp_path / "m", without=("config.json",))
+    config = json.loads((Path(minilm_path) / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 1024}))
+    expected = r"\): its weights do not fit its config.json \(tensor shapes differ"
+    with pytest.raises(ModelLoadError, match=expected):
+        load_backbone(BackboneParams(model=str(folder)), dropout=0.1, key="tiny")
+    with pytest.raises(ModelLoadError, match=rf"^{folder}: its weights do not fit"):
         SentenceEncoder(str(folder), "mean", device="cpu")
 
 

@@ -23,6 +23,7 @@ from transformers import AutoModel
 
 from stages.core.run_store import read_log
 from stages.core.temperature_settings import TemperatureSchedule
+from stages.modeling import cpu_linear
 from stages.modeling.backbone import load_backbone
 from stages.modeling.checkpoint import read_encoder_info
 from stages.modeling.unpadded import Packing
@@ -300,20 +301,27 @@ def test_dev_evaluation_of_a_bf16_run_encodes_in_fp32_by_default(
     dev_precision: str, expected: str, corpus: Path, token_cache: Path, dev_evaluator, tmp_path
 ) -> None:
     seen: list[torch.dtype] = []
+    # every dense layer, padded or unpadded forward: torch's product, or oneDNN's for fp32 on
+    # an x86 CPU (stages.modeling.cpu_linear)
+    products = [(torch.nn.functional, "linear"), (cpu_linear, "_inner_product")]
 
-    linear = torch.nn.functional.linear  # every dense layer, padded or unpadded forward
+    def recording(product):
+        def record(*args, **kwargs):
+            out = product(*args, **kwargs)
+            seen.append(out.dtype)
+            return out
 
-    def recording(*args, **kwargs):
-        out = linear(*args, **kwargs)
-        seen.append(out.dtype)
-        return out
+        return record
 
     def watching(encode):
-        torch.nn.functional.linear = recording
+        originals = [getattr(module, name) for module, name in products]
+        for (module, name), product in zip(products, originals, strict=True):
+            setattr(module, name, recording(product))
         try:
             return dev_evaluator(encode)
         finally:
-            torch.nn.functional.linear = linear
+            for (module, name), product in zip(products, originals, strict=True):
+                setattr(module, name, product)
 
     out = tmp_path / "run"
     job = make_job(

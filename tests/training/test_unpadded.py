@@ -14,6 +14,7 @@ from transformers import RobertaConfig, RobertaModel
 from stages.core.params import POOLERS
 from stages.modeling.backbone import load_backbone
 from stages.modeling.batched_attention import batched_attention
+from stages.modeling.cpu_linear import onednn_linear_available
 from stages.modeling.encoder import embed
 from stages.modeling.pooling import pool
 from stages.modeling.unpadded import (
@@ -288,14 +289,16 @@ def test_filler_rows_round_the_packing_up_and_are_dropped_when_unpacked() -> Non
     assert Packing.from_mask(np.ones((2, 3), dtype=bool), rows_multiple=4).dense
 
 
-def test_the_trainer_rounds_packings_in_bf16_on_the_cpu_only() -> None:
+def test_the_trainer_rounds_packings_where_onednn_computes_the_products() -> None:
+    """On the CPU in bf16, and in fp32 where ``cpu_linear`` puts the products on oneDNN."""
     rows = TokenRows.from_lists([[101, *range(2000, 2000 + n), 102] for n in range(1, 9)])
     plan = BatchPlan(len(rows), batch_size=8, world_size=1, seed=0)
-    for precision, multiple, packed_rows in (("fp32", 1, 52), ("bf16", 64, 64)):
+    fp32_multiple = 64 if onednn_linear_available() else 1
+    for precision, multiple in (("fp32", fp32_multiple), ("bf16", 64)):
         runtime = resolve_runtime("cpu", precision)  # 52 real tokens of 8 x 10
         assert runtime.packed_rows_multiple == multiple
         batch = make_batch(rows, plan, None, 0, 0, 0, runtime, unpad=True)
-        assert batch.packing.tokens == packed_rows
+        assert batch.packing.tokens == (64 if multiple == 64 else 52)
 
 
 def test_a_batch_without_padding_packs_by_reshaping() -> None:

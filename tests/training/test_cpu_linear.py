@@ -1,0 +1,134 @@
+"""``OneDnnLinear``: fp32 Linear layers on oneDNN on x86 CPUs, equal to ``F.linear``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from train_helpers import TINY, make_job, padded_batch
+
+from stages.core.params import POOLERS
+from stages.modeling.backbone import load_backbone
+from stages.modeling.cpu_linear import (
+    OneDnnLinear,
+    linear,
+    onednn_linear_available,
+    use_onednn_linear,
+)
+from stages.training.model import ContrastiveModel
+from stages.training.parts import load_encoder
+from stages.training.runtime import resolve_runtime
+
+needs_onednn = pytest.mark.skipif(
+    not onednn_linear_available(), reason="oneDNN's inner product needs an x86 CPU build"
+)
+
+
+def on_onednn(out: torch.Tensor) -> bool:
+    return type(out.grad_fn).__name__ == "_OneDnnLinearBackward"
+
+
+def products(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, fn):
+    """The output and the gradients of x, W and b for a fixed random upstream gradient."""
+    leaves = [t.detach().clone().requires_grad_() for t in (x, weight, bias) if t is not None]
+    out = fn(*leaves[:2], leaves[2] if bias is not None else None)
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(0), dtype=out.dtype)
+    out.backward(upstream)
+    return out.detach(), [t.grad for t in leaves]
+
+
+@needs_onednn
+@pytest.mark.parametrize("lead", [(700,), (4, 33), (1,)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_output_and_gradients_equal_f_linear_in_float64(lead, with_bias: bool) -> None:
+    """Against the float64 product, oneDNN's fp32 error is the size of torch's own (MKL) fp32
+    error: both are fp32 arithmetic, differing only in the order of summation."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(*lead, 96, generator=g)
+    weight = torch.randn(160, 96, generator=g) * 0.1
+    bias = torch.randn(160, generator=g) if with_bias else None
+    ours, our_grads = products(x, weight, bias, linear)
+    mkl, mkl_grads = products(x, weight, bias, F.linear)
+    exact, exact_grads = products(
+        x.double(), weight.double(), bias.double() if bias is not None else None, F.linear
+    )
+    with torch.enable_grad():
+        assert on_onednn(linear(x, weight.requires_grad_(), bias))
+    pairs = zip([ours, *our_grads], [mkl, *mkl_grads], [exact, *exact_grads], strict=True)
+    for a, b, reference in pairs:
+        assert a.shape == reference.shape and a.dtype == torch.float32
+        error = (a.double() - reference).abs().max()
+        mkl_error = (b.double() - reference).abs().max()
+        scale = reference.abs().max()
+        assert error <= max(4 * mkl_error, 1e-6 * scale), (error, mkl_error)
+
+
+@needs_onednn
+def test_strided_inputs_and_partial_gradients() -> None:
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(64, 50, generator=g).t()  # (50, 64), not contiguous
+    weight = torch.randn(32, 64, generator=g, requires_grad=True)
+    out = linear(x, weight, None)
+    assert on_onednn(out)
+    out.sum().backward()
+    torch.testing.assert_close(out, F.linear(x, weight), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(weight.grad, torch.ones(50, 32).t() @ x, rtol=1e-5, atol=1e-5)
+    frozen = torch.randn(32, 64, generator=g)
+    x_leaf = x.detach().clone().requires_grad_()
+    linear(x_leaf, frozen, None).sum().backward()  # only dX
+    torch.testing.assert_close(x_leaf.grad, torch.ones(50, 32) @ frozen, rtol=1e-5, atol=1e-5)
+
+
+def test_anything_but_fp32_on_the_cpu_outside_autocast_is_f_linear() -> None:
+    x = torch.randn(8, 16, requires_grad=True)
+    weight, bias = torch.randn(4, 16), torch.randn(4)
+    assert not on_onednn(linear(x.double(), weight.double(), bias.double()))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = linear(x, weight, bias)
+    assert out.dtype == torch.bfloat16 and not on_onednn(out)
+    assert linear(x[:0], weight, bias).shape == (0, 4)
+
+
+def test_use_onednn_linear_changes_the_class_only() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Sequential(nn.Linear(4, 2)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    weight = model[0].weight
+    assert use_onednn_linear(model) == 2
+    assert [type(m) for m in model.modules() if isinstance(m, nn.Linear)] == [OneDnnLinear] * 2
+    assert model[0].weight is weight  # the same parameters, so the optimizer's stay valid
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert use_onednn_linear(model) == 0  # already changed
+
+
+@needs_onednn
+@pytest.mark.parametrize("unpad", [True, False])
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_an_encoder_on_onednn_equals_the_plain_one(pooler: str, unpad: bool, tokenizer) -> None:
+    """A BERT's outputs and gradients (padded and unpadded forward, every pooler) with its
+    Linear layers on oneDNN equal the unchanged model's within fp32 rounding."""
+    ids, mask = padded_batch(tokenizer)
+    results = []
+    for onednn in (False, True):
+        model = load_backbone(TINY, seed=0, dropout=0.0)
+        if onednn:
+            assert use_onednn_linear(model) > 0
+        out = ContrastiveModel(model, pooler, unpad=unpad).embed(ids, mask)
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out.detach(), grads))
+    (plain, plain_grads), (ours, our_grads) = results
+    torch.testing.assert_close(ours, plain, rtol=1e-5, atol=1e-5)
+    assert our_grads.keys() == plain_grads.keys()
+    for name, grad in our_grads.items():
+        torch.testing.assert_close(grad, plain_grads[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_the_trainer_puts_its_cpu_encoder_on_onednn_unless_compiled(tmp_path) -> None:
+    job = make_job(tmp_path / "corpus.txt", tmp_path / "out", tmp_path / "cache")
+    encoder = load_encoder(job, resolve_runtime("cpu", "fp32"))
+    linears = [m for m in encoder.modules() if isinstance(m, nn.Linear)]
+    assert linears and all(type(m) is OneDnnLinear for m in linears)
+    compiled = make_job(tmp_path / "corpus.txt", tmp_path / "out", tmp_path / "cache", compile=True)
+    encoder = load_encoder(compiled, resolve_runtime("cpu", "fp32"))
+    assert all(type(m) is nn.Linear for m in encoder.modules() if isinstance(m, nn.Linear))
