@@ -5,11 +5,11 @@ torch's CPU dropout draws one double-precision Bernoulli number per element, ser
 the benchmarks run on, about a fifth of a CPU forward + backward. ``FastDropout`` draws
 the same distribution from the same generator (torch's default one, so seeding, per-rank
 streams, checkpointed RNG states and gradient checkpointing's replay all hold as they are) in
-about a quarter of the time: 64-bit random words (``random_``: one Mersenne-Twister output per
-element), each read as two 31-bit uniform integers, an element kept where its integer is at
-least round(p · 2³¹), so the keep probability is 1 − p within 2⁻³¹ (CUDA's own dropout compares
-a 24-bit float). Kept elements are scaled by 1 / (1 − p), as ``F.dropout``. On any other device
-it is ``F.dropout`` (CUDA's fused kernel).
+about a quarter of the time: 64-bit random words over the full 64-bit range (``random_``: one
+Mersenne-Twister output per element), each read as two 32-bit uniform integers, an element
+kept where its integer (signed) is at least round(p · 2³²) − 2³¹, so the keep probability is
+1 − p within 2⁻³³ (CUDA's own dropout compares a 24-bit float). Kept elements are scaled by
+1 / (1 − p), as ``F.dropout``. On any other device it is ``F.dropout`` (CUDA's fused kernel).
 
 The trainer puts it in place of every ``nn.Dropout`` of the backbone (``use_fast_dropout``; not
 when ``train.compile`` traces the step, where its in-place ``random_`` would break the graph); on
@@ -41,21 +41,23 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from stages.modeling.batched_attention import batched_attention
 
-_LOW_31_BITS = 0x7FFFFFFF
+_INT32_MAX = 2**31 - 1
 # The attention implementation ``use_fast_dropout`` gives an SDPA backbone; SDPA's mask form.
 FAST_DROPOUT_SDPA = "sdpa_fast_dropout"
 
 
 def cpu_keep_mask(shape: tuple[int, ...], p: float, dtype: torch.dtype) -> torch.Tensor:
     """(shape) tensor of 0 and 1 / (1 − p) in ``dtype``, each element kept with probability
-    1 − p (within 2⁻³¹), from torch's default CPU generator."""
+    1 − p (within 2⁻³³), from torch's default CPU generator."""
     n = math.prod(shape)
-    words = torch.empty((n + 1) // 2, dtype=torch.int64).random_()
-    uniform31 = words.view(torch.int32)[:n] & _LOW_31_BITS
-    keep = uniform31 >= round(p * 2**31)
-    scale = 0.0 if p == 1 else 1 / (1 - p)
+    # (from, None) with the int64 minimum: every bit random (plain random_() leaves the top one 0)
+    words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None)
+    threshold = round(p * 2**32) - 2**31  # a uniform signed 32-bit integer is below it w.p. p
+    if threshold > _INT32_MAX:  # p within 2⁻³³ of 1: everything is dropped
+        return torch.zeros(shape, dtype=dtype)
+    keep = words.view(torch.int32)[:n] >= threshold
     # bool -> float runs unvectorised in torch (~8x the time of uint8 -> float, bf16 and fp32)
-    return keep.view(torch.uint8).to(dtype).mul_(scale).view(shape)
+    return keep.view(torch.uint8).to(dtype).mul_(1 / (1 - p)).view(shape)
 
 
 def dropout_mask(dropout: nn.Dropout, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:

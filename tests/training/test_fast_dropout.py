@@ -37,7 +37,7 @@ def test_each_element_is_kept_with_probability_one_minus_p(p: float) -> None:
     keep = kept(p).double()
     bound = 6 * (p * (1 - p) / N) ** 0.5
     assert abs(keep.mean().item() - (1 - p)) < bound
-    # both 31-bit halves of every random word are used, and independently
+    # both 32-bit halves of every random word are used, and independently
     even, odd = keep[0:-1:2], keep[1::2]
     for half in (even, odd):
         assert abs(half.mean().item() - (1 - p)) < 2 * bound
