@@ -14,7 +14,8 @@ same number of torch threads for both sides. Each round runs, in alternating ord
 - **real SentEval, end to end**: SimCSE's ``evaluation.py`` settings for 'fasttest' (kfold 5,
   rmsprop, batch 128, tenacity 3, epoch size 2) and SimCSE's batcher (padded Hugging Face forward
   under ``torch.no_grad``, mean pooling over the attention mask, float32 tensors returned), the
-  7 STS and 7 transfer tasks;
+  7 STS and 7 transfer tasks, under torch's "medium" float32 matmul precision where that still
+  computes fp32 (``peer_matmul_precision``: its products then run on oneDNN, as ours do);
 - **this project, end to end**: ``stages.senteval_protocol.evaluate`` with ``SentenceEncoder``
   (length-sorted batches, padding not computed), the same 14 tasks and mode;
 - **real SentEval's classifiers on this project's embeddings**: the same SentEval run with a
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from benchmarks.train_cpu import MEDIUM, matmul_precision, medium_matmul_is_fp32
 from stages.core.atomic import write_json
 from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
 from stages.core.evaluations import SENTEVAL_TASKS as TASKS
@@ -187,6 +189,13 @@ def run_ours(encode: RecordingEncoder, data_dir: Path) -> dict[str, Any]:
     }
 
 
+def peer_matmul_precision() -> str:
+    """SentEval's batcher gets torch's "medium" float32 matmul precision where that still
+    computes fp32 (a CPU without AMX: its products move from MKL to oneDNN, as ours do), so
+    it encodes at its best in the same precision; "highest" (torch's default) elsewhere."""
+    return MEDIUM if medium_matmul_is_fp32() else "highest"
+
+
 def one_round(engine: Any, data_dir: Path, ours_first: bool) -> dict[str, Any]:
     encoder = RecordingEncoder(SentenceEncoder(MODEL, "mean", precision="fp32", device="cpu"))
     batcher = simcse_batcher()
@@ -195,9 +204,11 @@ def one_round(engine: Any, data_dir: Path, ours_first: bool) -> dict[str, Any]:
         if side == "ours":
             sides["ours"] = run_ours(encoder, data_dir)
         else:
-            sides["senteval"] = run_senteval(engine, batcher, data_dir)
+            with matmul_precision(peer_matmul_precision()):
+                sides["senteval"] = run_senteval(engine, batcher, data_dir)
     # needs the rows the project encoded, so it always comes after the project's run
-    sides["senteval_on_our_embeddings"] = run_senteval(engine, Lookup(encoder), data_dir)
+    with matmul_precision(peer_matmul_precision()):
+        sides["senteval_on_our_embeddings"] = run_senteval(engine, Lookup(encoder), data_dir)
     sides["load_average_end"] = os.getloadavg()
     return sides
 
@@ -288,6 +299,7 @@ def main() -> None:
                 "tasks": list(TASKS),
                 "senteval": "SimCSE's SentEval copy; shims: getargspec, CPU classifier",
                 "threads": args.threads,
+                "senteval_matmul_precision": peer_matmul_precision(),
                 "cpu": platform.processor() or platform.machine(),
                 "cores": os.cpu_count(),
                 "torch": torch.__version__,

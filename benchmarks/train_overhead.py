@@ -11,8 +11,9 @@ trains on its own lines of the wiki1m head sample (``train_cpu.round_corpus``), 
 both trainers.
 
 1. Throughput: peer fp32, ours fp32, peer ``bf16=True``, ours bf16, interleaved round by round
-   (alternating order), the peer under SDPA and under eager attention (``PEER_ATTENTION``; the
-   faster is its time in the round); ratios peer/ours seconds per step in each precision.
+   (alternating order), the peer under SDPA and under eager attention, in fp32 each also under
+   the "medium" matmul precision where that still computes fp32 (``train_cpu.peer_settings``;
+   the fastest is its time in the round); ratios peer/ours seconds per step in each precision.
 2. Profile: ``--profile-steps`` steps of ours (each precision) under torch.profiler, split into
    the loop's named phases (``step.*``: data, forward, loss, diagnostics, backward, clip,
    optimizer, scheduler, record, logging) and, within each, the time inside aten operators vs
@@ -51,7 +52,7 @@ from benchmarks.train_cpu import (  # noqa: E402
     ours,
     peer_recipes,
     round_corpus,
-    sentence_transformers_recipe,
+    run_peer,
     steady_step_seconds,
 )
 from stages.core.params import BackboneParams, RandomInit  # noqa: E402
@@ -211,10 +212,7 @@ def main() -> None:
         for recipe in recipes if r % 2 == 0 else recipes[::-1]:
             precision = "bf16" if "bf16" in recipe else "fp32"
             if recipe.startswith("peer"):
-                attention = recipe.rsplit("_", 1)[1]
-                ends = sentence_transformers_recipe(
-                    sentences, workdir, precision, str(model), attention
-                )
+                ends = run_peer(recipe, sentences, workdir, str(model))
             else:
                 ends, _ = ours(
                     round_file, args.steps, precision, workdir, no_evaluation, 10**9,

@@ -175,6 +175,12 @@ def test_an_interrupt_while_a_stage_imports_is_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.stderr == "interrupted while starting: nothing was written\n"
     assert done.returncode == -signal.SIGINT
+    # python -X dev keeps the traceback (a stage hanging in an import: where?)
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-m", "stages.report", "--help"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" in done.stderr and "KeyboardInterrupt" in done.stderr
 
 
 def test_the_hook_is_a_stage_processs_only() -> None:

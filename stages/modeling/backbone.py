@@ -87,12 +87,13 @@ def loading(label: str, what: str, location: str) -> Iterator[None]:
         where = "" if location in label else f" from {location}"
         raise ModelLoadError(f"{label}: cannot load its {what}{where}: {err}") from None
     except RuntimeError as err:  # weights whose shapes differ from what config.json builds
-        if "mismatch" not in str(err):
+        if what != "weights" or not any(
+            sign in str(err) for sign in ("ignore_mismatched_sizes", "size mismatch")
+        ):
             raise
         where = "" if location in label else f" from {location}"
         raise ModelLoadError(
-            f"{label}: its {what}{where} do not fit its config.json (tensor shapes differ; "
-            f"transformers' load report above lists them): {err}"
+            f"{label}: its {what}{where} do not fit its config.json (tensor shapes differ): {err}"
         ) from None
 
 

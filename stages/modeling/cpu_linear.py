@@ -4,28 +4,37 @@ torch computes an fp32 ``nn.Linear`` on the CPU with MKL's sgemm, and MKL runs i
 on AMD processors even where the processor has AVX-512 (MKL's ``*_zen`` kernels): on the 2-core
 AMD EPYC with AVX-512 that the benchmarks run on, 220-230 GFLOP/s for the products of a BERT
 layer at ~2,800 tokens, where oneDNN (bundled with torch, and already what torch uses for bf16
-products) reaches 440-470. No torch setting routes an fp32 product to oneDNN at full precision
-(``torch.backends.mkldnn.matmul.fp32_precision`` only offers reduced precisions), so
-``OneDnnLinear`` calls oneDNN's inner product (``torch.ops.mkldnn._linear_pointwise``, the op
-torch's own compiler emits for CPU linears) for the forward and for both products of the
-backward (dX = dY W, dW = dYᵀ X). Measured there, forward and backward of a Linear at BERT sizes
-(128 to 1,536 wide, ~2,800 rows): 1.7-2.1x MKL's time. Every product is still in fp32 (oneDNN's
-default strict float math), so results equal torch's up to the order of summation.
+products) reaches 440-470. torch's only route from an fp32 product to oneDNN is a reduced
+precision setting (below), so ``OneDnnLinear`` calls oneDNN's inner product
+(``torch.ops.mkldnn._linear_pointwise``, the op torch's own compiler emits for CPU linears) for
+the forward and for both products of the backward (dX = dY W, dW = dYᵀ X). Measured there,
+forward and backward of a Linear at BERT sizes (128 to 1,536 wide, ~2,800 rows): 1.7-2.1x MKL's
+speed. Every product is in fp32 (oneDNN's strict float math, whatever torch's matmul precision
+setting), so results equal torch's fp32 ones up to the order of summation.
 
 oneDNN builds a kernel for every new matrix shape (0.5 ms for a forward, ~3 ms for dW, measured
-on that machine), so the callers keep the row counts to a few dozen shapes: the trainer rounds
-an unpadded batch up to a multiple of 64 packed rows on the CPU in both precisions
-(``Runtime.packed_rows_multiple``).
+on that machine), so the trainer rounds an unpadded batch up to a multiple of 64 packed rows
+(``Runtime.packed_rows_multiple``); the evaluation encoder's length-sorted batches (mostly
+batch size × one length) repeat their shapes across a task.
+
+On that CPU (no AMX), ``torch.set_float32_matmul_precision("medium")`` also sends ``F.linear``
+to oneDNN, and, having no faster bf16 algorithm there, computes in fp32 (bitwise the same
+outputs): a setting any torch user can turn on, which the benchmarks give the peers. It only
+permits bf16, though: on a CPU with AMX it computes the products in bf16, where
+``OneDnnLinear`` stays fp32 (unless ``ONEDNN_DEFAULT_FPMATH_MODE`` says otherwise, in which
+case it is not used).
 
 Anywhere else it is ``F.linear``: other devices and dtypes, under autocast (autocast's bf16
-products already run on oneDNN), non-x86 CPUs and torch builds without oneDNN. The trainer puts
-it in place of every ``nn.Linear`` of the backbone (``use_onednn_linear``; weights and
-checkpoints unchanged), except when ``train.compile`` traces the step.
+products already run on oneDNN), non-x86 CPUs, torch builds without oneDNN or with
+``torch.backends.mkldnn.enabled = False``. The trainer puts it in place of every ``nn.Linear``
+of the backbone on the CPU (``use_onednn_linear``; weights and checkpoints unchanged), except
+when ``train.compile`` traces the step.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import platform
 
 import torch
@@ -36,12 +45,33 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 @functools.cache
 def onednn_linear_available() -> bool:
-    """oneDNN's inner product is in this torch build and the CPU is x86 (where oneDNN has its
-    JIT kernels; elsewhere torch's own BLAS is the better choice)."""
-    return (
+    """oneDNN's inner product is in this torch build, computes what ``F.linear`` computes (a
+    one-time probe, so a torch whose private op changed falls back instead of failing a run),
+    oneDNN's float math is left strict (``ONEDNN_DEFAULT_FPMATH_MODE`` would let it use bf16
+    where ``F.linear`` stays fp32), and the CPU is x86 (where oneDNN has its JIT kernels;
+    elsewhere torch's own BLAS is the better choice)."""
+    if not (
         platform.machine().lower() in {"x86_64", "amd64"}
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and os.environ.get("ONEDNN_DEFAULT_FPMATH_MODE", "STRICT").upper() == "STRICT"
+    ):
+        return False
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias = (torch.randn(shape, generator=generator) for shape in ((6, 5), (4, 5), (4,)))
+    y = F.linear(x, weight, bias)
+    try:  # the three products of the forward and backward, with their strided operands
+        with torch.inference_mode():
+            ours = (
+                _inner_product(x, weight, bias),
+                _inner_product(y, weight.t(), None),
+                _inner_product(y.t(), x.t(), None),
+            )
+    except RuntimeError:
+        return False
+    theirs = y, y @ weight, y.t() @ x
+    return all(
+        torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(ours, theirs, strict=True)
     )
 
 
@@ -85,9 +115,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     if (
         x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
-        and (bias is None or bias.dtype == torch.float32)
+        and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))
         and x.numel() > 0
+        and weight.dim() == 2
+        and weight.shape[0] > 0
+        and x.shape[-1] == weight.shape[1]  # else F.linear names the mismatch
         and not torch.is_autocast_enabled("cpu")
+        and torch.backends.mkldnn.enabled
         and onednn_linear_available()
     ):
         return _OneDnnLinear.apply(x, weight, bias)

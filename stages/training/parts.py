@@ -195,12 +195,12 @@ def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
         # FastDropout draws its CPU masks with an in-place random_, where torch.compile breaks
         # the graph at every dropout; compiled, the backbone's own dropout is traced instead
         use_fast_dropout(encoder)
-        if runtime.device.type == "cpu":  # fp32 products on oneDNN (cpu_linear.py)
-            use_onednn_linear(encoder)
     if train.pooler == "cls":
         reset_mlp_head(encoder, job.seed)
     else:
         freeze_unused_head(encoder)
+    if runtime.onednn_linear:  # fp32 products on oneDNN (cpu_linear.py), the head's included
+        use_onednn_linear(encoder)
     if train.gradient_checkpointing:
         enable_gradient_checkpointing(encoder)
     return encoder.to(runtime.device).train()

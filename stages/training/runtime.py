@@ -30,6 +30,8 @@ class Runtime:
     device: torch.device
     autocast_dtype: torch.dtype | None  # None: fp32
     pin_memory: bool
+    # the backbone's Linear layers run on oneDNN in fp32 (cpu_linear.py): a CPU, not compiled
+    onednn_linear: bool = False
 
     @property
     def precision(self) -> str:
@@ -39,8 +41,8 @@ class Runtime:
     def packed_rows_multiple(self) -> int:
         """Filler rows round an unpadded batch up to this many rows (``unpadded.Packing``): 64
         where the products run on oneDNN, which builds a kernel for every new matrix shape (the
-        CPU in bf16, and in fp32 on x86: ``cpu_linear``); else 1."""
-        on_onednn = self.autocast_dtype is not None or onednn_linear_available()
+        CPU in bf16, and in fp32 with ``onednn_linear``); else 1."""
+        on_onednn = self.autocast_dtype is not None or self.onednn_linear
         return 64 if self.device.type == "cpu" and on_onednn else 1
 
     def autocast(self) -> AbstractContextManager[None]:
@@ -58,8 +60,11 @@ class Runtime:
         return tensor.to(self.device, non_blocking=True)
 
 
-def resolve_runtime(device: str, precision: str, local_rank: int = 0) -> Runtime:
-    """``device`` in {auto, cpu, cuda}, ``precision`` in {auto, fp32, bf16} (params.yaml)."""
+def resolve_runtime(
+    device: str, precision: str, local_rank: int = 0, compiled: bool = False
+) -> Runtime:
+    """``device`` in {auto, cpu, cuda}, ``precision`` in {auto, fp32, bf16} (params.yaml);
+    ``compiled``: ``train.compile`` (the compiler then computes the Linear layers)."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -78,6 +83,7 @@ def resolve_runtime(device: str, precision: str, local_rank: int = 0) -> Runtime
         device=torch.device(device, local_rank) if on_gpu else torch.device("cpu"),
         autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
         pin_memory=on_gpu,
+        onednn_linear=not on_gpu and not compiled and onednn_linear_available(),
     )
 
 

@@ -399,3 +399,25 @@ def test_models_the_packed_forward_does_not_cover_run_the_padded_one(
             output_and_grads(encoder, lambda model=model: model.embed(ids, mask)),
             output_and_grads(encoder, lambda pooler=pooler: reference(encoder, ids, mask, pooler)),
         )
+
+
+@pytest.mark.parametrize("model_type", WITHOUT_POOLER)
+def test_the_pooler_head_the_trainer_attaches_is_on_onednn_too(
+    model_type: str, backbones, tmp_path
+) -> None:
+    """A family without a pooler of its own gets SimCSE's MLP head from the trainer, after the
+    backbone's Linear layers went to oneDNN: the head goes too."""
+    from stages.modeling.cpu_linear import OneDnnLinear
+    from stages.training.parts import load_encoder
+    from stages.training.runtime import resolve_runtime
+
+    job = make_job(
+        tmp_path / "corpus.txt", tmp_path / "out", tmp_path / "cache", pooler="cls", dropout=0.1
+    )
+    job = replace(job, backbone=backbones[model_type])
+    runtime = resolve_runtime("cpu", "fp32")
+    encoder = load_encoder(job, runtime)
+    linears = [m for m in encoder.modules() if isinstance(m, nn.Linear)]
+    expected = OneDnnLinear if runtime.onednn_linear else nn.Linear
+    assert isinstance(encoder.pooler, PoolerHead) and type(encoder.pooler.dense) is expected
+    assert all(type(m) is expected for m in linears)

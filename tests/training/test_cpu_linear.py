@@ -130,5 +130,18 @@ def test_the_trainer_puts_its_cpu_encoder_on_onednn_unless_compiled(tmp_path) ->
     linears = [m for m in encoder.modules() if isinstance(m, nn.Linear)]
     assert linears and all(type(m) is OneDnnLinear for m in linears)
     compiled = make_job(tmp_path / "corpus.txt", tmp_path / "out", tmp_path / "cache", compile=True)
-    encoder = load_encoder(compiled, resolve_runtime("cpu", "fp32"))
+    runtime = resolve_runtime("cpu", "fp32", compiled=True)
+    assert not runtime.onednn_linear and runtime.packed_rows_multiple == 1
+    encoder = load_encoder(compiled, runtime)
     assert all(type(m) is nn.Linear for m in encoder.modules() if isinstance(m, nn.Linear))
+
+
+@needs_onednn
+def test_a_strided_bias_and_mismatched_shapes_are_left_to_f_linear() -> None:
+    x, weight = torch.randn(50, 96), torch.randn(160, 96)
+    bias = torch.randn(320)[::2]  # oneDNN would read it as contiguous
+    torch.testing.assert_close(linear(x, weight, bias), F.linear(x, weight, bias))
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        linear(x, torch.randn(160, 95), None)
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert not on_onednn(linear(x.requires_grad_(), weight, None))

@@ -294,8 +294,12 @@ def test_the_trainer_rounds_packings_where_onednn_computes_the_products() -> Non
     rows = TokenRows.from_lists([[101, *range(2000, 2000 + n), 102] for n in range(1, 9)])
     plan = BatchPlan(len(rows), batch_size=8, world_size=1, seed=0)
     fp32_multiple = 64 if onednn_linear_available() else 1
-    for precision, multiple in (("fp32", fp32_multiple), ("bf16", 64)):
-        runtime = resolve_runtime("cpu", precision)  # 52 real tokens of 8 x 10
+    for precision, compiled, multiple in (
+        ("fp32", False, fp32_multiple),
+        ("fp32", True, 1),  # the compiler computes the Linear layers
+        ("bf16", False, 64),
+    ):
+        runtime = resolve_runtime("cpu", precision, compiled=compiled)  # 52 of 8 x 10 tokens
         assert runtime.packed_rows_multiple == multiple
         batch = make_batch(rows, plan, None, 0, 0, 0, runtime, unpad=True)
         assert batch.packing.tokens == (64 if multiple == 64 else 52)
