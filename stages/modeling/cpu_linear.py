@@ -9,8 +9,9 @@ precision setting (below), so ``OneDnnLinear`` calls oneDNN's inner product
 (``torch.ops.mkldnn._linear_pointwise``, the op torch's own compiler emits for CPU linears) for
 the forward and for both products of the backward (dX = dY W, dW = dYᵀ X). Measured there,
 forward and backward of a Linear at BERT sizes (128 to 1,536 wide, ~2,800 rows): 1.7-2.1x MKL's
-speed. Every product is in fp32 (oneDNN's strict float math, whatever torch's matmul precision
-setting), so results equal torch's fp32 ones up to the order of summation.
+speed. Every product is in fp32 (oneDNN's strict float math), so results equal torch's fp32
+ones up to the order of summation; only a process that sets torch's matmul precision to
+"medium" itself lets oneDNN use bf16 here too, as it then does for ``F.linear``.
 
 oneDNN builds a kernel for every new matrix shape (0.5 ms for a forward, ~3 ms for dW, measured
 on that machine), so the trainer rounds an unpadded batch up to a multiple of 64 packed rows
