@@ -5,7 +5,9 @@
 TARGET is ``module:attr`` or ``module:Class.attr``: its N-th call (counting only calls with an
 argument whose text contains MATCH, when given) kills the process with SIGKILL just ``before``
 or ``after`` the call. A real SIGKILL: no cleanup, no finally blocks, no atexit. With
-``KILL_SIGNAL=SIGTERM`` in the environment it sends that signal instead.
+``KILL_SIGNAL=SIGTERM`` in the environment it sends that signal instead; with
+``HOLD_UNTIL=PATH`` it sends none and waits there until PATH exists (a process held at a known
+point while a test runs another against it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import importlib
 import os
 import signal
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 
@@ -26,6 +30,14 @@ def arm(target: str, n: int, when: str, match: str) -> None:
     original = getattr(owner, name)
     calls = 0
     kill = getattr(signal, os.environ.get("KILL_SIGNAL", "SIGKILL"))
+    release = os.environ.get("HOLD_UNTIL")
+
+    def stop_here() -> None:
+        if release is None:
+            os.kill(os.getpid(), kill)
+            return
+        while not Path(release).exists():
+            time.sleep(0.05)
 
     def counts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         if not match:
@@ -40,10 +52,10 @@ def arm(target: str, n: int, when: str, match: str) -> None:
             calls += 1
             hit = calls == n
         if hit and when == "before":
-            os.kill(os.getpid(), kill)
+            stop_here()
         result = original(*args, **kwargs)
         if hit and when == "after":
-            os.kill(os.getpid(), kill)
+            stop_here()
         return result
 
     setattr(owner, name, wrapper)

@@ -14,7 +14,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from fault_helpers import EVALS, EXPERIMENT, STEPS, assert_same_run, env, make_workspace, run_id
+from fault_helpers import (
+    EVALS,
+    EXPERIMENT,
+    KILL_POINT,
+    STEPS,
+    assert_same_run,
+    env,
+    make_workspace,
+    run_id,
+    stage,
+)
 
 import stages.train as train_stage
 import stages.training.runner as runner
@@ -34,20 +44,30 @@ def test_two_trainers_of_one_run_one_trains_the_other_names_it(
 ) -> None:
     root = make_workspace(tmp_path, shared_data)
     rid = run_id(root)
-    command = [sys.executable, "-m", "stages.train", EXPERIMENT, "--params", "params.yaml"]
-    trainers = [
-        subprocess.Popen(
-            command, cwd=root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(2)
-    ]
-    errors = [t.communicate(timeout=600)[1] for t in trainers]
-    codes = [t.returncode for t in trainers]
-    assert sorted(codes) == [0, 2], errors
-    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-    holder = f"host {socket.gethostname()}, pid {trainers[winner].pid}, since "
-    lines = errors[loser].strip().splitlines()
-    assert len(lines) == 1, errors[loser]
+    # The first trainer is held inside the run's lock, just before it trains, until the second
+    # has been answered: the two overlap whatever the machine's speed (8 tiny steps take less
+    # than a second, a stage's start several).
+    release = tmp_path / "release"
+    first = subprocess.Popen(
+        [sys.executable, str(KILL_POINT), "stages.training.runner:train", "1", "before", "--",
+         "stages.train", EXPERIMENT, "--params", "params.yaml"],
+        cwd=root, env=env(HOLD_UNTIL=str(release)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lock = root / "runs" / f"{rid}.lock"
+    deadline = time.monotonic() + 300
+    while not (lock.is_file() and json.loads(lock.read_text()).get("pid") == first.pid):
+        assert first.poll() is None, first.communicate()[1]
+        assert time.monotonic() < deadline, "the first trainer never took the lock"
+        time.sleep(0.1)
+    second = stage(root, "stages.train", EXPERIMENT, "--params", "params.yaml")
+    release.touch()
+    error = first.communicate(timeout=600)[1]
+    assert (first.returncode, second.returncode) == (0, 2), (error, second.stderr)
+
+    holder = f"host {socket.gethostname()}, pid {first.pid}, since "
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1, second.stderr
     assert lines[0].startswith(
         f"error: run {rid} ({EXPERIMENT}) is being trained by another process ({holder}"
     )
