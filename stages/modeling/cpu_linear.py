@@ -4,14 +4,23 @@ torch computes an fp32 ``nn.Linear`` on the CPU with MKL's sgemm, and MKL runs i
 on AMD processors even where the processor has AVX-512 (MKL's ``*_zen`` kernels): on the 2-core
 AMD EPYC with AVX-512 that the benchmarks run on, 220-230 GFLOP/s for the products of a BERT
 layer at ~2,800 tokens, where oneDNN (bundled with torch, and already what torch uses for bf16
-products) reaches 440-470. torch's only route from an fp32 product to oneDNN is a reduced
-precision setting (below), so ``OneDnnLinear`` calls oneDNN's inner product
-(``torch.ops.mkldnn._linear_pointwise``, the op torch's own compiler emits for CPU linears) for
-the forward and for both products of the backward (dX = dY W, dW = dYᵀ X). Measured there,
+products) reaches 440-470. torch sends an fp32 product to oneDNN only under a setting that
+permits bf16 (below), so ``OneDnnLinear`` calls oneDNN's inner product
+(``torch.ops.mkldnn._linear_pointwise``, the op torch's own compiler emits for CPU linears; fp32
+on every CPU, the bias added in the same pass) for the forward and for dX = dY W. Measured there,
 forward and backward of a Linear at BERT sizes (128 to 1,536 wide, ~2,800 rows): 1.7-2.1x MKL's
-speed. Every product is in fp32 (oneDNN's strict float math), so results equal torch's fp32
-ones up to the order of summation; only a process that sets torch's matmul precision to
-"medium" itself lets oneDNN use bf16 here too, as it then does for ``F.linear``.
+speed. Every product is in fp32 (oneDNN's strict float math), so results equal torch's fp32 ones
+up to the order of summation; only a process that sets torch's matmul precision to "medium"
+itself lets oneDNN use bf16 here too, as it then does for ``F.linear``.
+
+dW = dYᵀ X is an inner product of two transposed activations, which oneDNN's inner product
+copies into its own layouts first; oneDNN's matmul reads them as they are, 1.3-2.1x faster
+(0.6 against 1.2 ms for a 128 → 384 layer at 2,816 rows; 7.2 against 10.0 ms for 384 → 1,536).
+torch reaches that matmul only under ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``,
+which permits bf16 but, on a CPU without AMX, still computes fp32 (oneDNN has no faster bf16
+algorithm there; ``onednn_matmul_is_fp32`` checks both). Where it does, ``fp32_matmuls_on_onednn``
+sets it around dW, and the trainer around its whole loop: its attention products (``bmm``, in
+training with dropout) take half the time there as well.
 
 oneDNN builds a kernel for every new matrix shape (0.5 ms for a forward, ~3 ms for dW, measured
 on that machine), so the trainer rounds an unpadded batch up to a multiple of 64 packed rows
@@ -37,6 +46,8 @@ from __future__ import annotations
 import functools
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +87,46 @@ def onednn_linear_available() -> bool:
     )
 
 
+@functools.cache
+def onednn_matmul_is_fp32() -> bool:
+    """torch's fp32 matrix products run on oneDNN when bf16 is permitted to them
+    (``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``), and still compute fp32 on this
+    CPU: ``onednn_linear_available``, no AMX (whose bf16 kernels oneDNN would then use), and a
+    one-time probe of mm (strided operands) and bmm against float64, where bf16 inputs would be
+    off by ~0.05 and fp32 ones are within ~1e-4."""
+    if not onednn_linear_available() or getattr(torch.cpu, "_is_amx_tile_supported", bool)():
+        return False
+    generator = torch.Generator().manual_seed(0)
+    a, b, c, d = (
+        torch.randn(shape, generator=generator)
+        for shape in ((512, 64), (512, 48), (4, 24, 512), (4, 512, 16))
+    )
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    try:
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+        with torch.inference_mode():
+            products = [(a.t() @ b, a.double().t() @ b.double()), (c @ d, c.double() @ d.double())]
+    finally:
+        torch.backends.mkldnn.matmul.fp32_precision = before
+    return all((ours.double() - exact).abs().max() < 1e-3 for ours, exact in products)
+
+
+@contextmanager
+def fp32_matmuls_on_onednn() -> Iterator[None]:
+    """torch's fp32 matrix products (mm, bmm, addmm, matmul) on oneDNN while the block runs,
+    where ``onednn_matmul_is_fp32``; elsewhere nothing changes. The setting is the process's
+    (torch has no narrower one) and is put back afterwards."""
+    if not onednn_matmul_is_fp32():
+        yield
+        return
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.matmul.fp32_precision = before
+
+
 def _inner_product(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
@@ -105,7 +156,11 @@ class _OneDnnLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:  # dX = dY W, as an inner product with Wᵀ
             grad_x = _inner_product(grad_rows, weight.t(), None).view(ctx.input_shape)
         if ctx.needs_input_grad[1]:  # dW = dYᵀ X
-            grad_weight = _inner_product(grad_rows.t(), rows.t(), None)
+            if onednn_matmul_is_fp32():  # oneDNN's matmul: no copies of the transposed operands
+                with fp32_matmuls_on_onednn():
+                    grad_weight = grad_rows.t() @ rows
+            else:
+                grad_weight = _inner_product(grad_rows.t(), rows.t(), None)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_rows.sum(0)
         return grad_x, grad_weight, grad_bias

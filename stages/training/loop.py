@@ -58,7 +58,7 @@ def train(
     ctx = ctx or Distributed()
     settings = job.train
     runtime = resolve_runtime(settings.device, settings.precision, ctx.local_rank, settings.compile)
-    with dist_util.process_group(ctx, runtime.device):
+    with dist_util.process_group(ctx, runtime.device), runtime.fp32_matmuls():
         # Set up: corpus, batch plan, encoder, AdamW, schedule, dev encoder (parts.py).
         run = _Training(job, evaluate_dev, ctx, runtime)
         # Fresh (config.json, seeded dropout) or from the latest checkpoint (progress.py).

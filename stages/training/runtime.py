@@ -12,14 +12,14 @@ so the training code itself has no device branches and runs unchanged on CPU and
 from __future__ import annotations
 
 import warnings
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from stages.core.errors import StageError
-from stages.modeling.cpu_linear import onednn_linear_available
+from stages.modeling.cpu_linear import fp32_matmuls_on_onednn, onednn_linear_available
 
 # Named phases of a step for torch.profiler (benchmarks/train_overhead.py); ~1 us each otherwise.
 phase = torch.profiler.record_function
@@ -51,6 +51,12 @@ class Runtime:
             dtype=self.autocast_dtype or torch.float32,
             enabled=self.autocast_dtype is not None,
         )
+
+    def fp32_matmuls(self) -> AbstractContextManager[None]:
+        """Around the training loop: with ``onednn_linear``, torch's fp32 matrix products on
+        oneDNN where that stays fp32 (``cpu_linear.fp32_matmuls_on_onednn``; the attention's,
+        the objectives'); else nothing changes."""
+        return fp32_matmuls_on_onednn() if self.onednn_linear else nullcontext()
 
     def to_device(self, array: np.ndarray) -> torch.Tensor:
         """A host array on the device without waiting for the copy (pinned source on CUDA)."""

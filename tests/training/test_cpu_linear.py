@@ -8,12 +8,16 @@ import torch.nn.functional as F
 from torch import nn
 from train_helpers import TINY, make_job, padded_batch
 
+import stages.modeling.cpu_linear as cpu_linear
+import stages.training.loop as loop
 from stages.core.params import POOLERS
 from stages.modeling.backbone import load_backbone
 from stages.modeling.cpu_linear import (
     OneDnnLinear,
+    fp32_matmuls_on_onednn,
     linear,
     onednn_linear_available,
+    onednn_matmul_is_fp32,
     use_onednn_linear,
 )
 from stages.training.model import ContrastiveModel
@@ -38,10 +42,22 @@ def products(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, f
     return out.detach(), [t.grad for t in leaves]
 
 
+@pytest.fixture(params=["matmul", "inner product"])
+def weight_gradient_by(request, monkeypatch: pytest.MonkeyPatch) -> str:
+    """dW by oneDNN's matmul (where it computes fp32 on this CPU) or by its inner product."""
+    if request.param == "matmul" and not onednn_matmul_is_fp32():
+        pytest.skip("oneDNN's matmul would compute bf16 here (or is not there)")
+    if request.param == "inner product":
+        monkeypatch.setattr(cpu_linear, "onednn_matmul_is_fp32", lambda: False)
+    return request.param
+
+
 @needs_onednn
 @pytest.mark.parametrize("lead", [(700,), (4, 33), (1,)])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_output_and_gradients_equal_f_linear_in_float64(lead, with_bias: bool) -> None:
+def test_output_and_gradients_equal_f_linear_in_float64(
+    lead, with_bias: bool, weight_gradient_by: str
+) -> None:
     """Against the float64 product, oneDNN's fp32 error is the size of torch's own (MKL) fp32
     error: both are fp32 arithmetic, differing only in the order of summation."""
     g = torch.Generator().manual_seed(1)
@@ -65,7 +81,7 @@ def test_output_and_gradients_equal_f_linear_in_float64(lead, with_bias: bool) -
 
 
 @needs_onednn
-def test_strided_inputs_and_partial_gradients() -> None:
+def test_strided_inputs_and_partial_gradients(weight_gradient_by: str) -> None:
     g = torch.Generator().manual_seed(2)
     x = torch.randn(64, 50, generator=g).t()  # (50, 64), not contiguous
     weight = torch.randn(32, 64, generator=g, requires_grad=True)
@@ -145,3 +161,70 @@ def test_a_strided_bias_and_mismatched_shapes_are_left_to_f_linear() -> None:
         linear(x, torch.randn(160, 95), None)
     with torch.backends.mkldnn.flags(enabled=False):
         assert not on_onednn(linear(x.requires_grad_(), weight, None))
+
+
+def test_fp32_matmuls_on_onednn_compute_fp32_and_put_the_setting_back() -> None:
+    """Inside the block (where this CPU computes fp32 there) mm, bmm and matmul on strided
+    operands have fp32's error against float64, not bf16's; the process's setting is restored
+    afterwards, also when the block raises; where oneDNN would compute bf16, nothing changes."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(300, 70, generator=g), torch.randn(300, 50, generator=g)
+    c, d = torch.randn(6, 20, 300, generator=g), torch.randn(6, 40, 300, generator=g)
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    with fp32_matmuls_on_onednn():
+        inside = torch.backends.mkldnn.matmul.fp32_precision
+        products = [
+            (a.t() @ b, a.double().t() @ b.double()),
+            (torch.bmm(c, d.transpose(1, 2)), c.double() @ d.double().transpose(1, 2)),
+            (torch.addmm(b[0], a.t(), b), b[0].double() + a.double().t() @ b.double()),
+        ]
+    assert inside == ("bf16" if onednn_matmul_is_fp32() else before)
+    for ours, exact in products:
+        assert ours.dtype == torch.float32
+        assert (ours.double() - exact).abs().max() < 1e-3  # bf16 inputs: ~0.05 off
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
+    with pytest.raises(ValueError), fp32_matmuls_on_onednn():
+        raise ValueError
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
+
+
+def test_where_onednn_would_compute_bf16_nothing_changes(monkeypatch) -> None:
+    monkeypatch.setattr(cpu_linear, "onednn_matmul_is_fp32", lambda: False)
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    with fp32_matmuls_on_onednn():
+        assert torch.backends.mkldnn.matmul.fp32_precision == before
+
+
+def test_an_amx_cpu_or_no_onednn_is_never_trusted_to_compute_fp32(monkeypatch) -> None:
+    """On AMX oneDNN computes bf16 when permitted: the probe is not even asked."""
+    for patch in (
+        (torch.cpu, "_is_amx_tile_supported", lambda: True),
+        (cpu_linear, "onednn_linear_available", lambda: False),
+    ):
+        with monkeypatch.context() as m:
+            m.setattr(*patch)
+            onednn_matmul_is_fp32.cache_clear()
+            assert not onednn_matmul_is_fp32()
+    onednn_matmul_is_fp32.cache_clear()
+
+
+def test_the_training_loop_runs_under_the_onednn_matmul_setting(
+    corpus, token_cache, dev_evaluator, tmp_path, monkeypatch
+) -> None:
+    """Each step (forward and backward) runs with the setting of ``fp32_matmuls_on_onednn``
+    when the trainer puts its Linear layers on oneDNN; afterwards the process's is back."""
+    seen = []
+    original = loop._Training._train_step
+
+    def watched(self) -> None:
+        seen.append(torch.backends.mkldnn.matmul.fp32_precision)
+        original(self)
+
+    monkeypatch.setattr(loop._Training, "_train_step", watched)
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    job = make_job(corpus, tmp_path / "out", token_cache, max_steps=2, device="cpu")
+    loop.train(job, dev_evaluator)
+    on_onednn = resolve_runtime("cpu", "fp32").onednn_linear and onednn_matmul_is_fp32()
+    expected = "bf16" if on_onednn else before
+    assert seen == [expected] * 2
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
