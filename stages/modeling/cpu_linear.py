@@ -6,8 +6,8 @@ AMD EPYC with AVX-512 that the benchmarks run on, 220-230 GFLOP/s for the produc
 layer at ~2,800 tokens, where oneDNN (bundled with torch, and already what torch uses for bf16
 products) reaches 440-470. torch sends an fp32 product to oneDNN only under a setting that
 permits bf16 (below), so ``OneDnnLinear`` calls oneDNN's inner product
-(``torch.ops.mkldnn._linear_pointwise``, the op torch's own compiler emits for CPU linears; fp32
-on every CPU, the bias added in the same pass) for the forward and for dX = dY W. Measured there,
+(``torch.ops.mkldnn._linear_pointwise``, the op torch's own compiler emits for CPU linears; the
+bias added in the same pass) for the forward and for dX = dY W. Measured there,
 forward and backward of a Linear at BERT sizes (128 to 1,536 wide, ~2,800 rows): 1.7-2.1x MKL's
 speed. Every product is in fp32 (oneDNN's strict float math), so results equal torch's fp32 ones
 up to the order of summation; only a process that sets torch's matmul precision to "medium"
@@ -16,11 +16,12 @@ itself lets oneDNN use bf16 here too, as it then does for ``F.linear``.
 dW = dYᵀ X is an inner product of two transposed activations, which oneDNN's inner product
 copies into its own layouts first; oneDNN's matmul reads them as they are, 1.3-2.1x faster
 (0.6 against 1.2 ms for a 128 → 384 layer at 2,816 rows; 7.2 against 10.0 ms for 384 → 1,536).
-torch reaches that matmul only under ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``,
-which permits bf16 but, on a CPU without AMX, still computes fp32 (oneDNN has no faster bf16
-algorithm there; ``onednn_matmul_is_fp32`` checks both). Where it does, ``fp32_matmuls_on_onednn``
-sets it around dW, and the trainer around its whole loop: its attention products (``bmm``, in
-training with dropout) take half the time there as well.
+torch reaches that matmul only where bf16 is permitted to fp32 products (its "medium" matmul
+precision), which on a CPU without AMX still computes fp32 (oneDNN has no faster bf16
+algorithm there; ``onednn_matmul_is_fp32`` checks both, the inner product included, which the
+permission reaches too). Where it does, ``fp32_matmuls_on_onednn`` permits it around dW, and the
+trainer around its whole loop: its attention products (``bmm``, in training with dropout) take
+half the time there as well.
 
 oneDNN builds a kernel for every new matrix shape (0.5 ms for a forward, ~3 ms for dW, measured
 on that machine), so the trainer rounds an unpadded batch up to a multiple of 64 packed rows
@@ -46,6 +47,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -87,13 +89,18 @@ def onednn_linear_available() -> bool:
     )
 
 
-@functools.cache
 def onednn_matmul_is_fp32() -> bool:
-    """torch's fp32 matrix products run on oneDNN when bf16 is permitted to them
-    (``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``), and still compute fp32 on this
-    CPU: ``onednn_linear_available``, no AMX (whose bf16 kernels oneDNN would then use), and a
-    one-time probe of mm (strided operands) and bmm against float64, where bf16 inputs would be
-    off by ~0.05 and fp32 ones are within ~1e-4."""
+    """torch's fp32 matrix products run on oneDNN when bf16 is permitted to them, and oneDNN
+    still computes fp32 on this CPU: oneDNN is enabled (``torch.backends.mkldnn.enabled``) and
+    ``_bf16_permission_keeps_fp32``."""
+    return torch.backends.mkldnn.enabled and _bf16_permission_keeps_fp32()
+
+
+@functools.cache
+def _bf16_permission_keeps_fp32() -> bool:
+    """``onednn_linear_available``, no AMX (whose bf16 kernels oneDNN would then use), and a
+    one-time probe, with bf16 permitted, of mm on strided operands, bmm and the inner product
+    against float64: bf16 inputs would be off by ~0.2 there, fp32 ones are within ~1e-4."""
     if not onednn_linear_available() or getattr(torch.cpu, "_is_amx_tile_supported", bool)():
         return False
     generator = torch.Generator().manual_seed(0)
@@ -101,30 +108,74 @@ def onednn_matmul_is_fp32() -> bool:
         torch.randn(shape, generator=generator)
         for shape in ((512, 64), (512, 48), (4, 24, 512), (4, 512, 16))
     )
-    before = torch.backends.mkldnn.matmul.fp32_precision
-    try:
-        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
-        with torch.inference_mode():
-            products = [(a.t() @ b, a.double().t() @ b.double()), (c @ d, c.double() @ d.double())]
-    finally:
-        torch.backends.mkldnn.matmul.fp32_precision = before
+    exact = a.double().t() @ b.double()
+    with _bf16_permitted(), torch.inference_mode():
+        products = [
+            (a.t() @ b, exact),
+            (_inner_product(a.t(), b.t(), None), exact),
+            (c @ d, c.double() @ d.double()),
+        ]
     return all((ours.double() - exact).abs().max() < 1e-3 for ours, exact in products)
+
+
+# The permission is process-wide (torch has no narrower one): the first of nested or concurrent
+# holders sets it, the last one out puts back what was there.
+_permission_lock = threading.Lock()
+_permission_holders = 0
+_settings_before: tuple[str | None, str, str] = ("highest", "none", "none")
+
+
+def _matmul_settings() -> tuple[str | None, str, str]:
+    """torch's float32 matmul precision (None where a mix of its old and new settings makes
+    it unreadable), oneDNN's and CUDA's matmul settings."""
+    try:
+        legacy: str | None = torch.get_float32_matmul_precision()
+    except RuntimeError:
+        legacy = None
+    matmul = torch.backends.mkldnn.matmul, torch.backends.cuda.matmul
+    return legacy, matmul[0].fp32_precision, matmul[1].fp32_precision
+
+
+def _restore(settings: tuple[str | None, str, str]) -> None:
+    legacy, mkldnn, cuda = settings
+    if legacy is not None:  # torch keeps this one apart; the backends' settings then refine it
+        torch.set_float32_matmul_precision(legacy)
+    torch.backends.mkldnn.matmul.fp32_precision = mkldnn
+    torch.backends.cuda.matmul.fp32_precision = cuda
+
+
+@contextmanager
+def _bf16_permitted() -> Iterator[None]:
+    """bf16 permitted to torch's fp32 matrix products while the block runs. Set with
+    ``torch.set_float32_matmul_precision("medium")``, which also permits TF32 to CUDA's (unused
+    by a CPU run), because a setting for oneDNN alone makes torch's
+    ``get_float32_matmul_precision()`` raise (a mix of its old and new settings)."""
+    global _permission_holders, _settings_before
+    with _permission_lock:
+        if _permission_holders == 0:
+            _settings_before = _matmul_settings()
+            torch.set_float32_matmul_precision("medium")
+        _permission_holders += 1
+    try:
+        yield
+    finally:
+        with _permission_lock:
+            _permission_holders -= 1
+            if _permission_holders == 0:
+                _restore(_settings_before)
 
 
 @contextmanager
 def fp32_matmuls_on_onednn() -> Iterator[None]:
-    """torch's fp32 matrix products (mm, bmm, addmm, matmul) on oneDNN while the block runs,
-    where ``onednn_matmul_is_fp32``; elsewhere nothing changes. The setting is the process's
-    (torch has no narrower one) and is put back afterwards."""
+    """torch's fp32 matrix products (mm, bmm, baddbmm, addmm, matmul, ``F.linear``) on oneDNN
+    while the block runs, where ``onednn_matmul_is_fp32``; elsewhere nothing changes. The
+    setting is the process's, ``torch.get_float32_matmul_precision()`` reads "medium" inside,
+    and what was set before is put back afterwards."""
     if not onednn_matmul_is_fp32():
         yield
         return
-    before = torch.backends.mkldnn.matmul.fp32_precision
-    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
-    try:
+    with _bf16_permitted():
         yield
-    finally:
-        torch.backends.mkldnn.matmul.fp32_precision = before
 
 
 def _inner_product(

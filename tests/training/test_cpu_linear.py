@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -163,49 +165,107 @@ def test_a_strided_bias_and_mismatched_shapes_are_left_to_f_linear() -> None:
         assert not on_onednn(linear(x.requires_grad_(), weight, None))
 
 
-def test_fp32_matmuls_on_onednn_compute_fp32_and_put_the_setting_back() -> None:
-    """Inside the block (where this CPU computes fp32 there) mm, bmm and matmul on strided
-    operands have fp32's error against float64, not bf16's; the process's setting is restored
-    afterwards, also when the block raises; where oneDNN would compute bf16, nothing changes."""
+def matmul_settings() -> tuple[str, str]:
+    return torch.backends.mkldnn.matmul.fp32_precision, torch.backends.cuda.matmul.fp32_precision
+
+
+def test_fp32_matmuls_on_onednn_compute_fp32_and_put_the_setting_back(capfd) -> None:
+    """Inside the block (where this CPU computes fp32 there) mm, bmm and addmm on strided
+    operands reach oneDNN's matmul and have fp32's error against float64, not bf16's; torch's
+    own reading of the setting works inside; the process's setting is restored afterwards, also
+    when the block raises; where oneDNN would compute bf16, nothing changes."""
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(300, 70, generator=g), torch.randn(300, 50, generator=g)
     c, d = torch.randn(6, 20, 300, generator=g), torch.randn(6, 40, 300, generator=g)
-    before = torch.backends.mkldnn.matmul.fp32_precision
-    with fp32_matmuls_on_onednn():
-        inside = torch.backends.mkldnn.matmul.fp32_precision
+    before = matmul_settings()
+    capfd.readouterr()
+    with fp32_matmuls_on_onednn(), torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+        inside = matmul_settings()[0], torch.get_float32_matmul_precision()
         products = [
             (a.t() @ b, a.double().t() @ b.double()),
             (torch.bmm(c, d.transpose(1, 2)), c.double() @ d.double().transpose(1, 2)),
             (torch.addmm(b[0], a.t(), b), b[0].double() + a.double().t() @ b.double()),
         ]
-    assert inside == ("bf16" if onednn_matmul_is_fp32() else before)
+    on_onednn = onednn_matmul_is_fp32()
+    executed = [line for line in capfd.readouterr().out.splitlines() if ",exec,cpu,matmul," in line]
+    assert len(executed) == (3 if on_onednn else 0)
+    assert inside == (("bf16", "medium") if on_onednn else (before[0], inside[1]))
     for ours, exact in products:
         assert ours.dtype == torch.float32
-        assert (ours.double() - exact).abs().max() < 1e-3  # bf16 inputs: ~0.05 off
-    assert torch.backends.mkldnn.matmul.fp32_precision == before
+        assert (ours.double() - exact).abs().max() < 1e-3  # bf16 inputs: ~0.2 off
+    assert matmul_settings() == before
     with pytest.raises(ValueError), fp32_matmuls_on_onednn():
         raise ValueError
-    assert torch.backends.mkldnn.matmul.fp32_precision == before
+    assert matmul_settings() == before
+
+
+@pytest.mark.skipif(not onednn_matmul_is_fp32(), reason="oneDNN would compute bf16 here")
+def test_nested_and_concurrent_holders_restore_the_setting_once_all_are_out() -> None:
+    """The first holder sets the permission, the last one out restores it: a thread leaving
+    while another is inside leaves it permitted, and nothing stays permitted afterwards."""
+    before = matmul_settings()
+    entered, first_left, second_may_leave = (threading.Event() for _ in range(3))
+    seen = []
+
+    def second() -> None:
+        with fp32_matmuls_on_onednn():
+            entered.set()
+            first_left.wait(10)
+            seen.append(matmul_settings()[0])
+            second_may_leave.wait(10)
+
+    thread = threading.Thread(target=second)
+    with fp32_matmuls_on_onednn():
+        with fp32_matmuls_on_onednn():  # nested in one thread
+            pass
+        assert matmul_settings()[0] == "bf16"
+        thread.start()
+        assert entered.wait(10)
+    first_left.set()
+    second_may_leave.set()
+    thread.join(10)
+    assert seen == ["bf16"]
+    assert matmul_settings() == before
+    torch.get_float32_matmul_precision()  # readable again
+
+
+def test_a_user_setting_survives_the_block() -> None:
+    before = torch.get_float32_matmul_precision()
+    try:
+        for precision in ("medium", "high", "highest"):
+            torch.set_float32_matmul_precision(precision)
+            settings = matmul_settings()
+            with fp32_matmuls_on_onednn():
+                pass
+            assert torch.get_float32_matmul_precision() == precision
+            assert matmul_settings() == settings
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def test_where_onednn_would_compute_bf16_nothing_changes(monkeypatch) -> None:
     monkeypatch.setattr(cpu_linear, "onednn_matmul_is_fp32", lambda: False)
-    before = torch.backends.mkldnn.matmul.fp32_precision
+    before = matmul_settings()
     with fp32_matmuls_on_onednn():
-        assert torch.backends.mkldnn.matmul.fp32_precision == before
+        assert matmul_settings() == before
 
 
 def test_an_amx_cpu_or_no_onednn_is_never_trusted_to_compute_fp32(monkeypatch) -> None:
-    """On AMX oneDNN computes bf16 when permitted: the probe is not even asked."""
+    """On AMX oneDNN computes bf16 when permitted: the probe is not even asked; with oneDNN
+    switched off nothing reaches it, and nothing is remembered for when it is back on."""
+    probe = cpu_linear._bf16_permission_keeps_fp32
     for patch in (
         (torch.cpu, "_is_amx_tile_supported", lambda: True),
         (cpu_linear, "onednn_linear_available", lambda: False),
     ):
         with monkeypatch.context() as m:
-            m.setattr(*patch)
-            onednn_matmul_is_fp32.cache_clear()
+            m.setattr(*patch, raising=False)
+            probe.cache_clear()
             assert not onednn_matmul_is_fp32()
-    onednn_matmul_is_fp32.cache_clear()
+    probe.cache_clear()
+    with torch.backends.mkldnn.flags(enabled=False, allow_tf32=False):
+        assert not onednn_matmul_is_fp32()
+    assert probe.cache_info().currsize == 0
 
 
 def test_the_training_loop_runs_under_the_onednn_matmul_setting(
@@ -218,6 +278,7 @@ def test_the_training_loop_runs_under_the_onednn_matmul_setting(
 
     def watched(self) -> None:
         seen.append(torch.backends.mkldnn.matmul.fp32_precision)
+        torch.get_float32_matmul_precision()  # what libraries read: it must not raise
         original(self)
 
     monkeypatch.setattr(loop._Training, "_train_step", watched)
