@@ -208,7 +208,7 @@ class _OneDnnLinear(torch.autograd.Function):
             grad_x = _inner_product(grad_rows, weight.t(), None).view(ctx.input_shape)
         if ctx.needs_input_grad[1]:  # dW = dYᵀ X
             if onednn_matmul_is_fp32():  # oneDNN's matmul: no copies of the transposed operands
-                with fp32_matmuls_on_onednn():
+                with _bf16_permitted():
                     grad_weight = grad_rows.t() @ rows
             else:
                 grad_weight = _inner_product(grad_rows.t(), rows.t(), None)
