@@ -1,15 +1,20 @@
 """Dropout whose mask is cheap to draw on the CPU.
 
-torch's CPU dropout draws one double-precision Bernoulli number per element, serially
-(``bernoulli_``), then scales and multiplies: about 20 ns per element on the 2-core AMD machine
-the benchmarks run on, about a fifth of a CPU forward + backward. ``FastDropout`` draws
-the same distribution from the same generator (torch's default one, so seeding, per-rank
+torch's CPU dropout draws one double-precision Bernoulli number per element (``bernoulli_``),
+then scales and multiplies: about 4.5 ns per element on the 2-core AMD machine the benchmarks
+run on (2 threads), which made it about a fifth of a tiny encoder's CPU step. ``FastDropout``
+draws the same distribution from the same generator (torch's default one, so seeding, per-rank
 streams, checkpointed RNG states and gradient checkpointing's replay all hold as they are) in
-about a quarter of the time: 64-bit random words over the full 64-bit range (``random_``: one
-Mersenne-Twister output per element), each read as two 32-bit uniform integers, an element
-kept where its integer (signed) is at least round(p · 2³²) − 2³¹, so the keep probability is
-1 − p within 2⁻³³ (CUDA's own dropout compares a 24-bit float). Kept elements are scaled by
+about 0.7 ns per element, multiply included. An element's draw is one random byte b, eight to
+a 64-bit word of ``random_`` (a quarter of a Mersenne-Twister output per element, the bulk of
+the cost). With p · 256 = k + f (k whole, 0 ≤ f < 1) the element is dropped where b < k, kept
+where b > k, and where b = k (one element in 256) a 32-bit integer drawn after the bytes
+decides: dropped where it is below round(f · 2³²). So the keep probability is 1 − p within
+2⁻⁴⁰ (CUDA's own dropout compares a 24-bit float). The bytes are compared in numpy, on the
+words in place (about 10x torch's uint8 comparison here). Kept elements are scaled by
 1 / (1 − p), as ``F.dropout``. On any other device it is ``F.dropout`` (CUDA's fused kernel).
+Until 2026-11-26 an element took 32 bits (a whole Mersenne-Twister output): 2.2-2.9x this
+cost, the same distribution within 2⁻³³, other masks from the same seed.
 
 The trainer puts it in place of every ``nn.Dropout`` of the backbone (``use_fast_dropout``; not
 when ``train.compile`` traces the step, where its in-place ``random_`` would break the graph); on
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -41,23 +47,34 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from stages.modeling.batched_attention import batched_attention
 
-_INT32_MAX = 2**31 - 1
 # The attention implementation ``use_fast_dropout`` gives an SDPA backbone; SDPA's mask form.
 FAST_DROPOUT_SDPA = "sdpa_fast_dropout"
 
 
 def cpu_keep_mask(shape: tuple[int, ...], p: float, dtype: torch.dtype) -> torch.Tensor:
     """(shape) tensor of 0 and 1 / (1 − p) in ``dtype``, each element kept with probability
-    1 − p (within 2⁻³³), from torch's default CPU generator."""
-    n = math.prod(shape)
-    # (from, None) with the int64 minimum: every bit random (plain random_() leaves the top one 0)
-    words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None)
-    threshold = round(p * 2**32) - 2**31  # a uniform signed 32-bit integer is below it w.p. p
-    if threshold > _INT32_MAX:  # p within 2⁻³³ of 1: everything is dropped
+    1 − p (within 2⁻⁴⁰), from torch's default CPU generator."""
+    if p >= 1:
         return torch.zeros(shape, dtype=dtype)
-    keep = words.view(torch.int32)[:n] >= threshold
+    n = math.prod(shape)
+    draws = _random_words((n + 7) // 8).view(np.uint8)[:n]
+    whole, fraction = divmod(p * 256, 1)
+    tied = int(whole)
+    keep = draws > tied
+    ties = np.flatnonzero(draws == tied)
+    if ties.size:
+        tiebreaks = _random_words((ties.size + 1) // 2).view(np.uint32)[: ties.size]
+        keep[ties] = tiebreaks >= round(fraction * 2**32)
     # bool -> float runs unvectorised in torch (~8x the time of uint8 -> float, bf16 and fp32)
-    return keep.view(torch.uint8).to(dtype).mul_(1 / (1 - p)).view(shape)
+    return torch.from_numpy(keep.view(np.uint8)).to(dtype).mul_(1 / (1 - p)).view(shape)
+
+
+def _random_words(count: int) -> np.ndarray:
+    """``count`` 64-bit words from torch's default CPU generator, every bit random."""
+    words = np.empty(count, dtype=np.int64)
+    # (from, None) with the int64 minimum: the full range (plain random_() leaves the top bit 0)
+    torch.from_numpy(words).random_(-(2**63), None)
+    return words
 
 
 def dropout_mask(dropout: nn.Dropout, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:

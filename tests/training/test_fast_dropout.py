@@ -24,7 +24,7 @@ from stages.modeling.dropout import (
 from stages.training.parts import load_encoder
 from stages.training.runtime import resolve_runtime
 
-N = 1_000_001  # odd: the last 64-bit word is half used
+N = 1_000_003  # not a multiple of 8: the last 64-bit word is partly used
 
 
 def kept(p: float, n: int = N, seed: int = 0) -> torch.Tensor:
@@ -32,17 +32,50 @@ def kept(p: float, n: int = N, seed: int = 0) -> torch.Tensor:
     return FastDropout(p).train()(torch.ones(n)) != 0
 
 
-@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 1 / 3, 0.02])
 def test_each_element_is_kept_with_probability_one_minus_p(p: float) -> None:
     keep = kept(p).double()
     bound = 6 * (p * (1 - p) / N) ** 0.5
     assert abs(keep.mean().item() - (1 - p)) < bound
-    # both 32-bit halves of every random word are used, and independently
-    even, odd = keep[0:-1:2], keep[1::2]
-    for half in (even, odd):
-        assert abs(half.mean().item() - (1 - p)) < 2 * bound
-    correlation = torch.corrcoef(torch.stack([even, odd]))[0, 1].item()
-    assert abs(correlation) < 6 / len(even) ** 0.5
+    # all eight bytes of every random word are used, and independently
+    bytes_ = [keep[i : N - 3 : 8] for i in range(8)]
+    for column in bytes_:
+        assert abs(column.mean().item() - (1 - p)) < 3 * bound
+    correlations = torch.corrcoef(torch.stack(bytes_))
+    off_diagonal = correlations[~torch.eye(8, dtype=torch.bool)]
+    assert off_diagonal.abs().max().item() < 6 / len(bytes_[0]) ** 0.5
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.999, 0.001])
+def test_the_mask_is_the_byte_rule_on_the_generators_words(p: float) -> None:
+    """Element i's draw is byte i of the 64-bit words (little-endian, as numpy views them here);
+    with p · 256 = k + f it is dropped below k, kept above, and at k (ties, in order) decided by
+    the next 32-bit integers drawn: dropped below round(f · 2³²). Written out in plain Python;
+    p = 0.5 has no fraction (ties kept), p = 0.999 one near 1, p = 0.001 drops only among its
+    ties (byte 0)."""
+    n = 20_003
+    torch.manual_seed(5)
+    mask = cpu_keep_mask((n,), p, torch.float64)
+    next_after_mask = torch.randint(2**62, (4,))
+
+    def words(count: int) -> bytes:
+        drawn = torch.empty(count, dtype=torch.int64).random_(-(2**63), None).tolist()
+        return b"".join(w.to_bytes(8, "little", signed=True) for w in drawn)
+
+    torch.manual_seed(5)
+    draws = words((n + 7) // 8)[:n]
+    k = int(p * 256)
+    ties = [i for i, b in enumerate(draws) if b == k]
+    raw = words((len(ties) + 1) // 2)
+    tiebreaks = [int.from_bytes(raw[4 * j : 4 * j + 4], "little") for j in range(len(ties))]
+    below = round((p * 256 - k) * 2**32)
+    keep = [b > k for b in draws]
+    for i, tiebreak in zip(ties, tiebreaks, strict=True):
+        keep[i] = tiebreak >= below
+    expected = torch.tensor(keep, dtype=torch.float64) / (1 - p)
+    assert torch.equal(mask, expected)
+    # and it takes exactly those words from the generator
+    assert torch.equal(next_after_mask, torch.randint(2**62, (4,)))
 
 
 def test_kept_elements_are_scaled_as_f_dropout_scales_them() -> None:

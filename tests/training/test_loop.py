@@ -26,6 +26,7 @@ from stages.core.temperature_settings import TemperatureSchedule
 from stages.modeling import cpu_linear
 from stages.modeling.backbone import load_backbone
 from stages.modeling.checkpoint import read_encoder_info
+from stages.modeling.dropout import use_fast_dropout
 from stages.modeling.unpadded import Packing
 from stages.objectives.arccse import ArcCSE
 from stages.objectives.registry import all_loss_classes
@@ -243,6 +244,7 @@ def test_every_objective_takes_a_step_without_host_reads(
 ) -> None:
     objective = all_loss_classes()[name].model_validate({"name": name})
     model = ContrastiveModel(load_backbone(TINY, seed=0), "cls").train()
+    assert use_fast_dropout(model) > 0  # the trainer's CPU dropout, as in a run
     sentences = ["a man plays a guitar", "the cat sleeps", "stocks fell sharply", "it rains"]
     ids, mask = pad_rows([np.asarray(tokenizer(s)["input_ids"]) for s in sentences], 0)
     # The packings are built on the host, as make_batch builds them (unpadded forward).
