@@ -11,7 +11,7 @@ the cost). With p · 256 = k + f (k whole, 0 ≤ f < 1) the element is dropped w
 where b > k, and where b = k (one element in 256) a 32-bit integer drawn after the bytes
 decides: dropped where it is below round(f · 2³²). So the keep probability is 1 − p within
 2⁻⁴⁰ (CUDA's own dropout compares a 24-bit float). The bytes are compared in numpy, on the
-words in place (about 10x torch's uint8 comparison here). Kept elements are scaled by
+words in place (torch's uint8 comparison is about 10x slower here). Kept elements are scaled by
 1 / (1 − p), as ``F.dropout``. On any other device it is ``F.dropout`` (CUDA's fused kernel).
 Until 2026-11-26 an element took 32 bits (a whole Mersenne-Twister output): 2.2-2.9x this
 cost, the same distribution within 2⁻³³, other masks from the same seed.
@@ -54,17 +54,21 @@ FAST_DROPOUT_SDPA = "sdpa_fast_dropout"
 def cpu_keep_mask(shape: tuple[int, ...], p: float, dtype: torch.dtype) -> torch.Tensor:
     """(shape) tensor of 0 and 1 / (1 − p) in ``dtype``, each element kept with probability
     1 − p (within 2⁻⁴⁰), from torch's default CPU generator."""
-    if p >= 1:
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if p == 1:
         return torch.zeros(shape, dtype=dtype)
     n = math.prod(shape)
     draws = _random_words((n + 7) // 8).view(np.uint8)[:n]
     whole, fraction = divmod(p * 256, 1)
-    tied = int(whole)
-    keep = draws > tied
-    ties = np.flatnonzero(draws == tied)
+    tie = int(whole)  # the byte value the tiebreaks decide: below it drops, above it keeps
+    keep = draws > tie
+    ties = np.flatnonzero(draws == tie)
     if ties.size:
         tiebreaks = _random_words((ties.size + 1) // 2).view(np.uint32)[: ties.size]
-        keep[ties] = tiebreaks >= round(fraction * 2**32)
+        # may round to 2³²: no tiebreak reaches it, every tie drops (numpy compares exactly)
+        drop_below = round(fraction * 2**32)
+        keep[ties] = tiebreaks >= drop_below
     # bool -> float runs unvectorised in torch (~8x the time of uint8 -> float, bf16 and fp32)
     return torch.from_numpy(keep.view(np.uint8)).to(dtype).mul_(1 / (1 - p)).view(shape)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -46,13 +47,13 @@ def test_each_element_is_kept_with_probability_one_minus_p(p: float) -> None:
     assert off_diagonal.abs().max().item() < 6 / len(bytes_[0]) ** 0.5
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5, 0.999, 0.001])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.999, 0.001, math.nextafter(0.5, 0)])
 def test_the_mask_is_the_byte_rule_on_the_generators_words(p: float) -> None:
     """Element i's draw is byte i of the 64-bit words (little-endian, as numpy views them here);
     with p · 256 = k + f it is dropped below k, kept above, and at k (ties, in order) decided by
     the next 32-bit integers drawn: dropped below round(f · 2³²). Written out in plain Python;
     p = 0.5 has no fraction (ties kept), p = 0.999 one near 1, p = 0.001 drops only among its
-    ties (byte 0)."""
+    ties (byte 0), and just below 0.5 f · 2³² rounds to 2³² (every tie drops)."""
     n = 20_003
     torch.manual_seed(5)
     mask = cpu_keep_mask((n,), p, torch.float64)
@@ -116,6 +117,14 @@ def test_gradient_is_the_scaled_mask() -> None:
     out.sum().backward()
     torch.manual_seed(2)
     torch.testing.assert_close(x.grad, cpu_keep_mask((64, 8), 0.25, torch.float32))
+
+
+def test_empty_shapes_and_rates_outside_zero_to_one() -> None:
+    for shape in [(0,), (3, 0, 2)]:
+        assert cpu_keep_mask(shape, 0.1, torch.float32).shape == shape
+    for p in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            cpu_keep_mask((4,), p, torch.float32)
 
 
 def test_off_in_eval_mode_at_zero_rate_and_all_dropped_at_one() -> None:

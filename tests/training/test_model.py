@@ -6,6 +6,7 @@ from train_helpers import TINY
 from transformers import RobertaConfig, RobertaModel
 
 from stages.modeling.backbone import load_backbone
+from stages.modeling.dropout import use_fast_dropout
 from stages.modeling.unpadded import attention_bias
 from stages.training.model import (
     ContrastiveModel,
@@ -109,12 +110,18 @@ def test_cls_trains_a_fresh_simcse_mlp_head_in_the_pooler_slot(tokenizer) -> Non
     torch.testing.assert_close(z, torch.tanh(encoder.pooler.dense(cls_state)))
 
 
-def test_gradient_checkpointing_keeps_the_gradients(tokenizer) -> None:
+@pytest.mark.parametrize("fast_dropout", [False, True], ids=["nn.Dropout", "FastDropout"])
+def test_gradient_checkpointing_keeps_the_gradients(tokenizer, fast_dropout: bool) -> None:
+    """The replay draws the same masks (torch's dropout and the trainer's ``FastDropout``,
+    whose tie-breaking draws depend on the first ones) and leaves the generator where a run
+    without checkpointing does."""
     ids, mask = batch(tokenizer, SENTENCES)
     t_ids, t_mask = batch(tokenizer, SENTENCES * 3)
-    grads = []
+    grads, generator_states = [], []
     for checkpointing in (False, True):
         encoder = load_backbone(TINY, seed=0, dropout=0.1)
+        if fast_dropout:
+            assert use_fast_dropout(encoder) > 0
         if checkpointing:
             enable_gradient_checkpointing(encoder)
         model = ContrastiveModel(encoder, "cls").train()
@@ -122,4 +129,6 @@ def test_gradient_checkpointing_keeps_the_gradients(tokenizer) -> None:
         z, z_pos, triplets = model(ids, mask, t_ids, t_mask)
         (z * z_pos).sum().add(sum(h.sum() for h in triplets)).backward()
         grads.append(torch.cat([p.grad.flatten() for p in encoder.parameters()]))
+        generator_states.append(torch.get_rng_state())
     torch.testing.assert_close(grads[0], grads[1])
+    assert torch.equal(generator_states[0], generator_states[1])
