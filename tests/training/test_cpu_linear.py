@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -154,6 +156,18 @@ def test_the_trainer_puts_its_cpu_encoder_on_onednn_unless_compiled(tmp_path) ->
     assert all(type(m) is nn.Linear for m in encoder.modules() if isinstance(m, nn.Linear))
 
 
+@contextmanager
+def onednn_switched_off() -> Iterator[None]:
+    """oneDNN off in this block (``torch.backends.mkldnn.flags`` would also set oneDNN's TF32
+    switch, which warns on a torch without Intel GPU support)."""
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = before
+
+
 @needs_onednn
 def test_a_strided_bias_and_mismatched_shapes_are_left_to_f_linear() -> None:
     x, weight = torch.randn(50, 96), torch.randn(160, 96)
@@ -161,7 +175,7 @@ def test_a_strided_bias_and_mismatched_shapes_are_left_to_f_linear() -> None:
     torch.testing.assert_close(linear(x, weight, bias), F.linear(x, weight, bias))
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         linear(x, torch.randn(160, 95), None)
-    with torch.backends.mkldnn.flags(enabled=False):
+    with onednn_switched_off():
         assert not on_onednn(linear(x.requires_grad_(), weight, None))
 
 
@@ -263,7 +277,7 @@ def test_an_amx_cpu_or_no_onednn_is_never_trusted_to_compute_fp32(monkeypatch) -
             probe.cache_clear()
             assert not onednn_matmul_is_fp32()
     probe.cache_clear()
-    with torch.backends.mkldnn.flags(enabled=False, allow_tf32=False):
+    with onednn_switched_off():
         assert not onednn_matmul_is_fp32()
     assert probe.cache_info().currsize == 0
 
