@@ -19,6 +19,7 @@ from stages.modeling.encoder import embed
 from stages.modeling.pooling import pool
 from stages.modeling.unpadded import (
     Packing,
+    _split_heads,
     attention_bias,
     unpadding_unsupported,
 )
@@ -287,6 +288,30 @@ def test_filler_rows_round_the_packing_up_and_are_dropped_when_unpacked() -> Non
     ]  # fmt: skip
     assert Packing.from_mask(mask, rows_multiple=64).tokens == 9  # never beyond the layout
     assert Packing.from_mask(np.ones((2, 3), dtype=bool), rows_multiple=4).dense
+
+
+@pytest.mark.parametrize("rows_multiple", [1, 4])
+def test_qkv_go_to_the_heads_contiguous_and_their_gradients_come_back(rows_multiple) -> None:
+    """``_split_heads`` equals unpacking and permuting (forward and backward, fillers and the
+    doubled views included), with each of Q, K and V contiguous, zeros at the padding, and no
+    gradient for the fillers."""
+    mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=bool)
+    packing = Packing.from_mask(mask, rows_multiple=rows_multiple).repeated(2)
+    heads, size = 2, 3
+    qkv = torch.randn(packing.tokens, 3 * heads * size, dtype=torch.float64, requires_grad=True)
+    heads_out = _split_heads(qkv, packing, heads)
+    permuted = packing.unpack(qkv).view(6, 3, 3, heads, size).permute(2, 0, 3, 1, 4)
+    assert torch.equal(heads_out, permuted) and heads_out.shape == (3, 6, heads, 3, size)
+    assert all(part.is_contiguous() for part in heads_out)
+    weights = torch.randn(heads_out.shape, dtype=torch.float64)
+    (ours,) = torch.autograd.grad((heads_out * weights).sum(), qkv)
+    (theirs,) = torch.autograd.grad((permuted * weights).sum(), qkv)
+    assert torch.equal(ours, theirs)
+    if rows_multiple > 1:
+        assert packing.filler_rows.tolist() == [6, 7, 14, 15]
+        assert not ours[packing.filler_rows].any()
+    else:
+        assert packing.filler_rows is None
 
 
 def test_the_trainer_rounds_packings_where_onednn_computes_the_products() -> None:
