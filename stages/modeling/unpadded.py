@@ -119,6 +119,19 @@ def unpadding_unsupported(model: nn.Module) -> str | None:
 
 
 @dataclass(frozen=True)
+class HeadRows:
+    """Q, K and V packed as (tokens, 3, heads, head_size) and padded as (3, batch, heads,
+    length, head_size), both seen as rows of head_size: ``gather``, for each padded row, the
+    packed row it copies (padding copies row 0, then ``padding``'s rows are zeroed); ``padding``,
+    the padded rows at padding cells (None without any); ``sources``, for each packed row, the
+    padded row its gradient comes from (a filler's reads the last real token)."""
+
+    gather: torch.Tensor
+    padding: torch.Tensor | None
+    sources: torch.Tensor
+
+
+@dataclass(frozen=True)
 class Packing:
     """Where the real tokens of a right-padded (batch, length) batch sit.
 
@@ -126,8 +139,9 @@ class Packing:
     real tokens, row by row, then any filler rows; ``first``: each row's first token in the
     packed order; ``lengths``: real tokens per row (float, for means); ``targets``: only with
     filler rows, where each packed row goes when unpacked (its flat position, or the spare
-    position ``batch * length``, dropped, for a filler). Built on the host from the mask, so
-    using it never waits for the device.
+    position ``batch * length``, dropped, for a filler); ``padding``: the flat positions of the
+    padding (None without any). Built on the host from the mask, so using it never waits for the
+    device.
 
     Filler rows (``from_mask(..., rows_multiple=k)``) round the packed row count up to a
     multiple of k with copies of the last real token, computed and then dropped. On a CPU in
@@ -145,6 +159,7 @@ class Packing:
     batch: int
     length: int
     targets: torch.Tensor | None = None
+    padding: torch.Tensor | None = None
 
     @property
     def tokens(self) -> int:
@@ -186,6 +201,7 @@ class Packing:
         if fillers > 0:
             targets = move(np.concatenate([indices, np.full(fillers, cells)]).astype(np.int64))
             indices = np.concatenate([indices, np.full(fillers, indices[-1])])
+        padding = np.flatnonzero(~mask)
         return cls(
             move(indices.astype(np.int64)),
             move(first.astype(np.int64)),
@@ -193,6 +209,7 @@ class Packing:
             batch,
             length,
             targets,
+            move(padding.astype(np.int64)) if padding.size else None,
         )
 
     def repeated(self, times: int) -> Packing:
@@ -214,6 +231,9 @@ class Packing:
             self.batch * times,
             self.length,
             targets,
+            None
+            if self.padding is None
+            else torch.cat([self.padding + i * cells for i in range(times)]),
         )
 
     @cached_property  # frozen: cached_property writes the instance's __dict__ directly
@@ -224,28 +244,35 @@ class Packing:
             return None
         return (self.targets == self.batch * self.length).nonzero().squeeze(1)
 
-    def head_rows(self, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """For Q, K, V packed as (tokens, 3, heads, head_size) and padded as (3, batch, heads,
-        length, head_size), both flattened to rows of head_size: where each packed row goes
-        (fillers to a spare batch row after the layout's, ``batch + 1`` rows then) and where it
-        is read back from (fillers read the last real token). Computed once per head count."""
+    def head_rows(self, heads: int) -> HeadRows:
+        """``HeadRows`` for ``heads`` heads, computed once per head count (on the device)."""
         cache = self.__dict__.setdefault("_head_rows_by_heads", {})
         if heads not in cache:
-            spare = self.targets is not None
-            cache[heads] = (
-                self._head_rows(
-                    self.indices if self.targets is None else self.targets, heads, spare
-                ),
-                self._head_rows(self.indices, heads, False),
+            cells, device = self.batch * self.length, self.indices.device
+            # each cell's packed row (fillers go to the spare cell, cut off; padding reads row 0)
+            packed_row = torch.zeros(cells + 1, dtype=torch.long, device=device)
+            packed_row.index_copy_(
+                0,
+                self.indices if self.targets is None else self.targets,
+                torch.arange(self.tokens, device=device),
+            )
+            by_cell = packed_row[:cells].view(1, self.batch, 1, self.length)
+            parts = torch.arange(3, device=device).view(3, 1, 1, 1)
+            head = torch.arange(heads, device=device).view(1, 1, heads, 1)
+            cache[heads] = HeadRows(
+                gather=((by_cell * 3 + parts) * heads + head).reshape(-1),
+                padding=None if self.padding is None else self._head_rows(self.padding, heads),
+                sources=self._head_rows(self.indices, heads),
             )
         return cache[heads]
 
-    def _head_rows(self, flat: torch.Tensor, heads: int, spare: bool) -> torch.Tensor:
-        batch = self.batch + spare
+    def _head_rows(self, flat: torch.Tensor, heads: int) -> torch.Tensor:
+        """The rows of the padded (3, batch, heads, length) layout of the cells at ``flat``,
+        as (cells, 3, heads) flattened."""
         rows, positions = flat.div(self.length, rounding_mode="floor"), flat.remainder(self.length)
         parts = torch.arange(3, device=flat.device)[:, None]
         head = torch.arange(heads, device=flat.device)
-        cell = (parts * batch + rows[:, None, None]) * heads + head  # (tokens, 3, heads)
+        cell = (parts * self.batch + rows[:, None, None]) * heads + head  # (cells, 3, heads)
         return (cell * self.length + positions[:, None, None]).reshape(-1)
 
     @property
@@ -323,27 +350,25 @@ def _qkv(projections: tuple[nn.Module, nn.Module, nn.Module], states: torch.Tens
 
 
 class _PaddedHeads(torch.autograd.Function):
-    """Packed (tokens, 3 * hidden) Q, K, V written straight into the padded (3, batch, heads,
-    length, head_size) layout, zeros at the padding, so that each of Q, K and V is contiguous as
-    the attention's batched products read it; the backward gathers the real tokens' gradients
-    back (``index_select`` of whole head-size rows). Unpacking into a padded (batch, length,
-    3 * hidden) matrix and permuting that left Q, K and V strided: the attention copied each,
-    and autograd's way back (the permutation's copy, the spare row's slice, the scatter) took
-    four passes over the padded gradient. A training step of the 2 × 128 encoder (batch 64, 2
-    threads, four interleaved rounds of 40 steps) took 2-9% less with it: fp32 40.6-41.8 against
-    42.3-44.8 ms, bf16 30.7-30.9 against 31.4-33.1 ms."""
+    """Packed (tokens, 3 * hidden) Q, K, V to the padded (3, batch, heads, length, head_size)
+    layout, zeros at the padding, each of Q, K and V contiguous as the attention's batched
+    products read it: one ``index_select`` of whole head-size rows (``HeadRows``) and the
+    padding's rows zeroed; the backward gathers the real tokens' gradients back the same way.
+    Unpacking into a padded (batch, length, 3 * hidden) matrix and permuting that left Q, K and
+    V strided: the attention copied each, and autograd's way back (the permutation's copy, the
+    spare row's slice, the scatter) took four passes over the padded gradient. A training step
+    of the 2 × 128 encoder (batch 64, 2 threads, four interleaved rounds of 40 steps) took 2-9%
+    less with it: fp32 40.6-41.8 against 42.3-44.8 ms, bf16 30.7-30.9 against 31.4-33.1 ms."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, qkv: torch.Tensor, packing: Packing, heads: int) -> torch.Tensor:
         size = qkv.shape[-1] // (3 * heads)
-        targets, sources = packing.head_rows(heads)
-        spare = int(packing.targets is not None)  # the fillers' batch row, cut off below
-        padded = qkv.new_zeros((3 * (packing.batch + spare) * heads * packing.length, size))
-        padded.index_copy_(0, targets, qkv.reshape(-1, size))
-        ctx.packing, ctx.sources = packing, sources
-        return padded.view(3, packing.batch + spare, heads, packing.length, size)[
-            :, : packing.batch
-        ]
+        rows = packing.head_rows(heads)
+        padded = qkv.reshape(-1, size).index_select(0, rows.gather)
+        if rows.padding is not None:
+            padded.index_fill_(0, rows.padding, 0)
+        ctx.packing, ctx.sources = packing, rows.sources
+        return padded.view(3, packing.batch, heads, packing.length, size)
 
     @staticmethod
     @once_differentiable

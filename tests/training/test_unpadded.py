@@ -260,6 +260,14 @@ def test_packing_of_a_right_padded_mask() -> None:
     doubled = packing.repeated(2)
     assert doubled.indices.tolist() == [0, 1, 2, 3, 6, 7, 9, 10, 11, 12, 15, 16]
     assert doubled.first.tolist() == [0, 3, 4, 6, 9, 10] and doubled.batch == 6
+    assert packing.padding.tolist() == [4, 5, 8] and doubled.padding.tolist() == [
+        4,
+        5,
+        8,
+        13,
+        14,
+        17,
+    ]
     states = torch.arange(6.0)[:, None]
     assert packing.unpack(states)[:, :, 0].tolist() == [[0, 1, 2], [3, 0, 0], [4, 5, 0]]
     torch.testing.assert_close(packing.pack(packing.unpack(states)), states)
@@ -338,7 +346,7 @@ def test_a_batch_without_padding_packs_by_reshaping() -> None:
     assert packed.data_ptr() == padded.data_ptr() and packed.shape == (6, 2)
     assert packing.unpack(packed).data_ptr() == padded.data_ptr()
     torch.testing.assert_close(packing.unpack(packed), padded)
-    assert packing.repeated(2).dense
+    assert packing.repeated(2).dense and packing.repeated(2).padding is None
 
 
 # --- short batches evaluated on the CPU: batched matrix products instead of SDPA's kernel ------
