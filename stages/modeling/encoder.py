@@ -36,7 +36,12 @@ from stages.modeling.backbone_adapters import find_adapter
 from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info
 from stages.modeling.cpu_linear import use_onednn_linear
 from stages.modeling.pooler_head import pooler_head, restore_pooler_head
-from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
+from stages.modeling.pooling import (
+    needs_hidden_states,
+    pool,
+    pool_packed,
+    reads_first_tokens_only,
+)
 from stages.modeling.unpadded import Packing, packed_forward, unpadding_unsupported
 
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -110,6 +115,7 @@ def embed(
                     packing,
                     token_type_ids=batch.get("token_type_ids"),
                     keep_first_layer=needs_hidden_states(pooler),
+                    first_tokens_only=reads_first_tokens_only(pooler),
                 )
                 vectors = pool_packed(states, packing, pooler, head)
             else:

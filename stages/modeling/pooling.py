@@ -23,6 +23,11 @@ def needs_hidden_states(pooler: str) -> bool:
     return pooler == "first_last_mean"
 
 
+def reads_first_tokens_only(pooler: str) -> bool:
+    """The pooler reads the last layer at each row's first token alone ([CLS] or <s>)."""
+    return pooler in ("cls", "cls_before_pooler")
+
+
 def masked_mean(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     mask = attention_mask.unsqueeze(-1).to(states.dtype)
     return (states * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
@@ -59,9 +64,11 @@ def pool_packed(
     if pooler == "cls":
         if head is None:
             raise ValueError("pooler 'cls' needs a backbone with a pooler (dense + tanh) layer")
-        return head(states.last.index_select(0, packing.first)[:, None])
+        return head(states.first_tokens(packing)[:, None])
     if pooler == "cls_before_pooler":
-        return states.last.index_select(0, packing.first)
+        return states.first_tokens(packing)
+    if states.first_tokens_only:
+        raise ValueError(f"pooler '{pooler}' needs every token's states, not the first tokens'")
     if pooler == "mean":
         return packed_mean(states.last, packing)
     if pooler == "first_last_mean":

@@ -20,6 +20,16 @@ dropout module: on a GPU the module itself runs on the padded layout; on the CPU
 drawn for that layout (``stages.modeling.dropout.dropout_mask``; the trainer's ``FastDropout``
 draws it cheaply) and only the real rows multiply (``padded_dropout``).
 
+The cls poolers read the last layer at each row's first token alone, and everything in a layer
+after its attention works row by row, so with ``first_tokens_only`` the last layer's attention
+runs as always (every token's keys, values and queries: the same dropout draws as the padded
+forward) and its output projection, feed-forward, dropouts and LayerNorms run on the first
+tokens only (``PackedLayout.first_tokens_layer``, written for the ``bert`` layout; the others
+compute the whole last layer and pick its first tokens). The trainer (``train.pooler: cls``, as
+SimCSE) and the evaluation encoder (``cls_before_pooler``) ask for it. That is about 3/4 of the
+last layer's matrix products (BERT: attention output 1, feed-forward 8, of 12 units a token with
+Q, K, V 3), so 3/8 of a 2-layer encoder's, 1/8 of a 6-layer one's, 1/16 of BERT-base's.
+
 One ``PackedLayout`` per layer structure, named by the family's adapter
 (``stages.modeling.backbone_adapters``: ``packed_layout``):
 
@@ -275,6 +285,21 @@ class Packing:
         cell = (parts * self.batch + rows[:, None, None]) * heads + head  # (cells, 3, heads)
         return (cell * self.length + positions[:, None, None]).reshape(-1)
 
+    @cached_property
+    def first_tokens(self) -> Packing:
+        """The packing of each row's first token alone (what the cls poolers read)."""
+        device = self.indices.device
+        rows = torch.arange(self.batch, device=device)
+        later = rows[:, None] * self.length + torch.arange(1, self.length, device=device)
+        return Packing(
+            rows * self.length,
+            rows,
+            torch.ones(self.batch, device=device),
+            self.batch,
+            self.length,
+            padding=later.reshape(-1) if self.length > 1 else None,
+        )
+
     @property
     def dense(self) -> bool:
         """No padding at all (every row as long as the batch): packing is a reshape."""
@@ -300,10 +325,16 @@ class Packing:
 
 @dataclass
 class PackedStates:
-    """The packed outputs: the last layer's token states and, if asked, the first layer's."""
+    """The packed outputs: the last layer's token states ((tokens, hidden); (batch, hidden),
+    each row's first token only, with ``first_tokens_only``) and, if asked, the first layer's."""
 
     last: torch.Tensor
     first_layer: torch.Tensor | None
+    first_tokens_only: bool = False
+
+    def first_tokens(self, packing: Packing) -> torch.Tensor:
+        """The last layer's states at each row's first token, (batch, hidden)."""
+        return self.last if self.first_tokens_only else self.last.index_select(0, packing.first)
 
 
 def packed_forward(
@@ -314,28 +345,41 @@ def packed_forward(
     *,
     token_type_ids: torch.Tensor | None = None,
     keep_first_layer: bool = False,
+    first_tokens_only: bool = False,
 ) -> PackedStates:
-    """The encoder's token states at the real tokens (see the module docstring)."""
+    """The encoder's token states at the real tokens (see the module docstring). With
+    ``first_tokens_only`` (what the cls poolers read) the last layer's states come back at each
+    row's first token alone: where the layout has a ``first_tokens_layer``, that layer's
+    attention runs as before (keys and values of every token, every query, so dropout draws what
+    the padded forward draws) and only what follows it runs on the first tokens."""
     reason = unpadding_unsupported(model)
     if reason is not None:
         raise ValueError(f"cannot unpad {type(model).__name__}: {reason}")
+    if keep_first_layer and first_tokens_only:
+        raise ValueError("keep_first_layer needs every token's states, not first_tokens_only")
     layout = PACKED_LAYOUTS[ADAPTERS[model.config.model_type].packed_layout]
     embedded = layout.embed(model, input_ids, token_type_ids)
     context = layout.context(model, mask, embedded)
     states = packing.pack(embedded)
     first_layer = None
     layers = layout.layers(model)
+    reduced = False
     for i, layer in enumerate(layers):
+        run = layout.layer
+        if first_tokens_only and i == len(layers) - 1 and layout.first_tokens_layer is not None:
+            run, reduced = layout.first_tokens_layer, True
         if getattr(layer, "gradient_checkpointing", False) and layer.training:
-            states = checkpoint(layout.layer, layer, states, context, packing, use_reentrant=False)
+            states = checkpoint(run, layer, states, context, packing, use_reentrant=False)
         else:
-            states = layout.layer(layer, states, context, packing)
+            states = run(layer, states, context, packing)
         if i == 0 and keep_first_layer:
             first_layer = states
     last = layout.finish(model, states)
     if keep_first_layer and len(layers) == 1:
         first_layer = last  # Hugging Face's hidden_states end with the finished states
-    return PackedStates(last, first_layer)
+    if first_tokens_only and not reduced:
+        last = last.index_select(0, packing.first)
+    return PackedStates(last, first_layer, first_tokens_only)
 
 
 def _qkv(projections: tuple[nn.Module, nn.Module, nn.Module], states: torch.Tensor) -> torch.Tensor:
@@ -398,11 +442,17 @@ def _attention_function(attention: nn.Module) -> Callable[..., tuple[torch.Tenso
 
 
 def _attend(
-    attention: nn.Module, qkv: torch.Tensor, bias: torch.Tensor, packing: Packing, heads: int
+    attention: nn.Module,
+    qkv: torch.Tensor,
+    bias: torch.Tensor,
+    packing: Packing,
+    heads: int,
+    out: Packing | None = None,
 ) -> torch.Tensor:
     """Packed attention context (tokens, hidden) over the padded layout with the padding masked
     out: through transformers' attention function for the model's implementation, or, for a
-    short batch evaluated on the CPU, ``batched_attention``."""
+    short batch evaluated on the CPU, ``batched_attention``; packed by ``out`` (default
+    ``packing``)."""
     q, k, v = _split_heads(qkv, packing, heads)
     if not attention.training and q.device.type == "cpu" and packing.length <= SHORT_CPU_LENGTH:
         context = batched_attention(q, k, v, None if packing.dense else bias, attention.scaling)
@@ -416,7 +466,7 @@ def _attend(
             dropout=attention.dropout.p if attention.training else 0.0,
             scaling=attention.scaling,
         )  # (batch, length, heads, head_size)
-    return packing.pack(context.reshape(packing.batch, packing.length, -1))
+    return (out or packing).pack(context.reshape(packing.batch, packing.length, -1))
 
 
 # Up to this many positions, attention without dropout on the CPU runs as two batched matrix
@@ -457,13 +507,30 @@ def _dense_dropout_norm(
 
 
 def _bert_layer(
-    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+    layer: nn.Module,
+    states: torch.Tensor,
+    bias: torch.Tensor,
+    packing: Packing,
+    first_tokens_only: bool = False,
 ) -> torch.Tensor:
+    """BERT's layer on the packed tokens; with ``first_tokens_only`` the attention over every
+    token as always, and what follows it (output projection, feed-forward, their dropouts and
+    LayerNorms: row by row) at each row's first token alone."""
     attention = layer.attention.self
     qkv = _qkv((attention.query, attention.key, attention.value), states)
-    context = _attend(attention, qkv, bias, packing, attention.num_attention_heads)
-    attended = _dense_dropout_norm(layer.attention.output, context, states, packing)
-    return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, packing)
+    rows = packing.first_tokens if first_tokens_only else packing
+    context = _attend(attention, qkv, bias, packing, attention.num_attention_heads, rows)
+    if first_tokens_only:
+        states = states.index_select(0, packing.first)
+    attended = _dense_dropout_norm(layer.attention.output, context, states, rows)
+    return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, rows)
+
+
+def _bert_first_tokens_layer(
+    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+) -> torch.Tensor:
+    """``_bert_layer``'s output at each row's first token, (batch, hidden)."""
+    return _bert_layer(layer, states, bias, packing, first_tokens_only=True)
 
 
 def _distilbert_layer(
@@ -642,8 +709,10 @@ class PackedLayout:
     """A layer structure: its embeddings (padded), where its layers are, one layer over packed
     tokens, what every layer is given besides the states (by default the padding mask in
     ``attention_bias``'s form; MPNet adds its relative position bias, ModernBERT has masks and
-    rotary tables per layer type), what follows the last layer (ModernBERT's final norm), and
-    why a model of the family is not covered (None: it is)."""
+    rotary tables per layer type), what follows the last layer (ModernBERT's final norm), why a
+    model of the family is not covered (None: it is), and, where written, the layer computing
+    only each row's first token's output (``packed_forward``'s ``first_tokens_only``; else the
+    whole last layer runs and its first tokens are picked)."""
 
     embed: Embed
     layers_path: tuple[str, ...]
@@ -651,6 +720,7 @@ class PackedLayout:
     context: LayerContext = _padding_bias
     finish: Finish = _finished
     refuse: Callable[[PreTrainedModel], str | None] = _covered
+    first_tokens_layer: PackedLayer | None = None
 
     def layers(self, model: nn.Module) -> nn.ModuleList:
         for name in self.layers_path:
@@ -674,6 +744,7 @@ PACKED_LAYOUTS = {
         lambda model, ids, types: model.embeddings(input_ids=ids, token_type_ids=types),
         ("encoder", "layer"),
         _bert_layer,
+        first_tokens_layer=_bert_first_tokens_layer,
     ),
     "distilbert": PackedLayout(
         lambda model, ids, types: model.embeddings(input_ids=ids),

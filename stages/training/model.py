@@ -29,7 +29,12 @@ from transformers import PreTrainedModel
 
 from stages.modeling.backbone_adapters import adapter_for
 from stages.modeling.pooler_head import attach_pooler_head, pooler_head
-from stages.modeling.pooling import needs_hidden_states, pool, pool_packed
+from stages.modeling.pooling import (
+    needs_hidden_states,
+    pool,
+    pool_packed,
+    reads_first_tokens_only,
+)
 from stages.modeling.unpadded import (
     Packing,
     attention_bias,
@@ -124,7 +129,12 @@ class ContrastiveModel(nn.Module):
         if self.unpadded:
             packing = packing or Packing.from_mask(mask)
             states = packed_forward(
-                self.encoder, ids, mask, packing, keep_first_layer=needs_hidden_states(self.pooler)
+                self.encoder,
+                ids,
+                mask,
+                packing,
+                keep_first_layer=needs_hidden_states(self.pooler),
+                first_tokens_only=reads_first_tokens_only(self.pooler),
             )
             return pool_packed(states, packing, self.pooler, pooler_head(self.encoder))
         if self.adapter.ready_mask:

@@ -16,11 +16,12 @@ from stages.modeling.backbone import load_backbone
 from stages.modeling.batched_attention import batched_attention
 from stages.modeling.cpu_linear import onednn_linear_available
 from stages.modeling.encoder import embed
-from stages.modeling.pooling import pool
+from stages.modeling.pooling import pool, pool_packed
 from stages.modeling.unpadded import (
     Packing,
     _split_heads,
     attention_bias,
+    packed_forward,
     unpadding_unsupported,
 )
 from stages.training.batch import make_batch
@@ -320,6 +321,43 @@ def test_qkv_go_to_the_heads_contiguous_and_their_gradients_come_back(rows_multi
         assert not ours[packing.filler_rows].any()
     else:
         assert packing.filler_rows is None
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_the_cls_poolers_run_the_last_layer_after_attention_on_the_first_tokens(
+    family: str, tokenizer
+) -> None:
+    """``first_tokens_only``: the last layer's states at each row's first token, equal to the
+    whole forward's there, with its attention output projection and feed-forward run on those
+    rows alone (the earlier layers and the attention on every token)."""
+    model = encoder(family, tokenizer).eval()
+    ids, mask = padded_batch(tokenizer)
+    packing = Packing.from_mask(mask.numpy(), rows_multiple=4)
+    rows: dict[str, list[int]] = {}
+    hooks = [
+        module.register_forward_hook(
+            lambda m, args, out, name=name: rows.setdefault(name, []).append(args[0].shape[0])
+        )
+        for name, module in model.named_modules()
+        if name.endswith("intermediate.dense")
+    ]
+    with torch.no_grad():
+        whole = packed_forward(model, ids, mask, packing)
+        rows.clear()
+        firsts = packed_forward(model, ids, mask, packing, first_tokens_only=True)
+    for hook in hooks:
+        hook.remove()
+    batch = ids.shape[0]
+    assert firsts.first_tokens_only and firsts.last.shape == (batch, model.config.hidden_size)
+    torch.testing.assert_close(firsts.first_tokens(packing), whole.first_tokens(packing))
+    assert rows == {
+        "encoder.layer.0.intermediate.dense": [packing.tokens],
+        "encoder.layer.1.intermediate.dense": [batch],
+    }
+    with pytest.raises(ValueError, match="every token"):
+        pool_packed(firsts, packing, "mean", None)
+    with pytest.raises(ValueError, match="first_tokens_only"):
+        packed_forward(model, ids, mask, packing, keep_first_layer=True, first_tokens_only=True)
 
 
 def test_the_trainer_rounds_packings_where_onednn_computes_the_products() -> None:
