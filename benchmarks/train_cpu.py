@@ -14,10 +14,12 @@ still computes fp32 (``medium_matmul_is_fp32``: a CPU without AMX, where it move
 from MKL to oneDNN); the fastest setting in a round is the peer's time. Ours:
 stages.training.loop.train with the SimCSE defaults ([CLS] + fresh MLP head, tau 0.05), in fp32
 and with bf16 autocast (objective in fp32), unpadded (the default), plus ours fp32 padded
-(``unpad: false``) to show what unpadding alone gives. Same model (the packaged
+(``unpad: false``) to show what unpadding alone gives, and ours fp32 with the last layer on
+every token (``every_token_last_layer``) to show what the cls poolers' first-token last layer
+gives. Same model (the packaged
 all-MiniLM-L6-v2), same sentences within a round (round r: lines (r - 1) x 64 x steps onwards
 of the wiki1m head sample, so no run meets batches an earlier one built kernels for), batch
-64, max length 32, lr 3e-5, 2 threads. The seven runs are interleaved round by round so that load
+64, max length 32, lr 3e-5, 2 threads. The runs are interleaved round by round so that load
 from other processes hits them alike (rounds alternate the order); a step's time is the
 interval between the ends of consecutive optimizer steps (data loading, tokenisation or
 batching, forward, backward, clipping, AdamW, logging), the first ``--warmup`` steps of each run
@@ -38,9 +40,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -53,6 +56,7 @@ from stages.core.params import BackboneParams, TrainParams  # noqa: E402
 from stages.core.temperature_settings import TemperatureSchedule  # noqa: E402
 from stages.objectives.infonce import InfoNCE  # noqa: E402
 from stages.training import loop  # noqa: E402
+from stages.training import model as training_model  # noqa: E402
 from stages.training.data import read_corpus  # noqa: E402
 from stages.training.runner import stsb_dev_evaluator  # noqa: E402
 
@@ -112,16 +116,23 @@ def ours(
     *,
     backbone: BackboneParams = MINILM,
     unpad: bool = True,
+    every_token_last_layer: bool = False,
     around_step=None,
 ) -> tuple[list[float], dict[str, Any]]:
     """Step end times and metrics of one run of the stage's training loop. ``around_step(i)``
-    (optional) is called before the i-th step (0-based) and once more after the last one."""
+    (optional) is called before the i-th step (0-based) and once more after the last one.
+    ``every_token_last_layer``: an ablation, the unpadded forward's last layer run on every
+    token as before the cls poolers read it at the first tokens alone (``first_tokens_only``)."""
 
     def numbered(step: Callable[[], None]) -> None:
         around_step(len(ends))
         step()
 
-    with timed_steps(numbered if around_step is not None else None) as ends:
+    every_token = mock.patch.object(training_model, "reads_first_tokens_only", lambda pooler: False)
+    with (
+        timed_steps(numbered if around_step is not None else None) as ends,
+        every_token if every_token_last_layer else nullcontext(),
+    ):
         out = Path(tempfile.mkdtemp(dir=workdir))
         job = loop.TrainJob(
             run_id=f"bench-{precision}-{unpad}",
@@ -328,7 +339,7 @@ def main() -> None:
         recipe
         for recipe in [
             *peer_recipes("fp32"), "ours_fp32", *peer_recipes("bf16"), "ours_bf16",
-            "ours_fp32_padded",
+            "ours_fp32_padded", "ours_fp32_every_token",
         ]
         if ("bf16" if "bf16" in recipe else "fp32") in args.precisions
     ]  # fmt: skip
@@ -342,10 +353,11 @@ def main() -> None:
             if recipe.startswith("peer"):
                 ends = run_peer(recipe, sentences, workdir)
             else:
-                unpad = not recipe.endswith("padded")
                 ends, _ = ours(
-                    round_file, args.steps, precision, workdir, no_evaluation, 10**9, unpad=unpad
-                )
+                    round_file, args.steps, precision, workdir, no_evaluation, 10**9,
+                    unpad=not recipe.endswith("padded"),
+                    every_token_last_layer=recipe.endswith("every_token"),
+                )  # fmt: skip
             row[f"{recipe}_s_per_step"] = statistics.mean(steady_step_seconds(ends, args.warmup))
         for precision in args.precisions:
             best_peer(row, precision, "s_per_step")
@@ -355,6 +367,9 @@ def main() -> None:
         if "fp32" in args.precisions:
             row["ratio_unpadding_fp32"] = (
                 row["ours_fp32_padded_s_per_step"] / row["ours_fp32_s_per_step"]
+            )
+            row["ratio_first_tokens_fp32"] = (
+                row["ours_fp32_every_token_s_per_step"] / row["ours_fp32_s_per_step"]
             )
         row["load_average_end"] = load_average()
         result["rounds"].append(row)
@@ -370,7 +385,7 @@ def main() -> None:
     for key in [*recipes, *peers] if rounds else []:
         seconds = statistics.median(r[f"{key}_s_per_step"] for r in rounds)
         summary[f"{key}_sentences_per_s"] = BATCH / seconds
-    ratios = ("ratio_fp32", "ratio_bf16", "ratio_unpadding_fp32")
+    ratios = ("ratio_fp32", "ratio_bf16", "ratio_unpadding_fp32", "ratio_first_tokens_fp32")
     for ratio in [key for key in ratios if rounds and key in rounds[0]]:
         values = [r[ratio] for r in rounds]
         summary[f"{ratio}_median"] = statistics.median(values)

@@ -14,6 +14,9 @@ both trainers.
    (alternating order), the peer under SDPA and under eager attention, in fp32 each also under
    the "medium" matmul precision where that still computes fp32 (``train_cpu.peer_settings``;
    the fastest is its time in the round); ratios peer/ours seconds per step in each precision.
+   Ours also runs with its last layer on every token (``every_token``: the ablation of the cls
+   poolers' first-token last layer, which saves 3/8 of this 2-layer encoder's products and only
+   1/8 of a 6-layer one's), so the ratio without it is in the same run.
 2. Profile: ``--profile-steps`` steps of ours (each precision) under torch.profiler, split into
    the loop's named phases (``step.*``: data, forward, loss, diagnostics, backward, clip,
    optimizer, scheduler, record, logging) and, within each, the time inside torch operators vs
@@ -213,7 +216,10 @@ def main() -> None:
         "load_average_start": load_average(),
         "rounds": [],
     }  # fmt: skip
-    recipes = [*peer_recipes("fp32"), "ours_fp32", *peer_recipes("bf16"), "ours_bf16"]
+    recipes = [
+        *peer_recipes("fp32"), "ours_fp32", "ours_fp32_every_token",
+        *peer_recipes("bf16"), "ours_bf16", "ours_bf16_every_token",
+    ]  # fmt: skip
     for r in range(args.rounds):
         row: dict[str, Any] = {"load_average": load_average()}
         round_file, sentences = round_corpus(corpus, r, args.steps * BATCH, workdir)
@@ -225,14 +231,17 @@ def main() -> None:
                 ends, _ = ours(
                     round_file, args.steps, precision, workdir, no_evaluation, 10**9,
                     backbone=BackboneParams(model=str(model)),
+                    every_token_last_layer=recipe.endswith("every_token"),
                 )  # fmt: skip
             seconds = statistics.mean(steady_step_seconds(ends, args.warmup))
             row[f"{recipe}_steps_per_s"] = 1 / seconds
         for precision in ("fp32", "bf16"):
             best_peer(row, precision, "steps_per_s", faster=max)
-            row[f"ratio_{precision}"] = (
-                row[f"ours_{precision}_steps_per_s"] / row[f"peer_{precision}_steps_per_s"]
-            )
+            for variant in ("", "_every_token"):
+                row[f"ratio_{precision}{variant}"] = (
+                    row[f"ours_{precision}{variant}_steps_per_s"]
+                    / row[f"peer_{precision}_steps_per_s"]
+                )
         row["load_average_end"] = load_average()
         result["rounds"].append(row)
         shown = {
@@ -246,10 +255,10 @@ def main() -> None:
         summary[f"{key}_steps_per_s"] = statistics.median(
             r[f"{key}_steps_per_s"] for r in result["rounds"]
         )
-    for precision in ("fp32", "bf16"):
-        values = [r[f"ratio_{precision}"] for r in result["rounds"]]
-        summary[f"ratio_{precision}_median"] = statistics.median(values)
-        summary[f"ratio_{precision}_range"] = [min(values), max(values)]
+    for ratio in ("ratio_fp32", "ratio_bf16", "ratio_fp32_every_token", "ratio_bf16_every_token"):
+        values = [r[ratio] for r in result["rounds"]]
+        summary[f"{ratio}_median"] = statistics.median(values)
+        summary[f"{ratio}_range"] = [min(values), max(values)]
     result["summary"] = summary
 
     result["profile"] = {"load_average_start": load_average()}
