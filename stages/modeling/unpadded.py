@@ -287,7 +287,8 @@ class Packing:
 
     @cached_property
     def first_tokens(self) -> Packing:
-        """The packing of each row's first token alone (what the cls poolers read)."""
+        """The packing of each row's first token alone (what the cls poolers read); every later
+        position is its padding."""
         device = self.indices.device
         rows = torch.arange(self.batch, device=device)
         later = rows[:, None] * self.length + torch.arange(1, self.length, device=device)
