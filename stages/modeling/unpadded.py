@@ -59,7 +59,6 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -150,7 +149,8 @@ class Packing:
     packed order; ``lengths``: real tokens per row (float, for means); ``targets``: only with
     filler rows, where each packed row goes when unpacked (its flat position, or the spare
     position ``batch * length``, dropped, for a filler); ``padding``: the flat positions of the
-    padding (None without any). Built on the host from the mask, so using it never waits for the
+    padding (None without any); ``fillers``: the packed positions of the filler rows (None
+    without any). Built on the host from the mask, so using it never waits for the
     device.
 
     Filler rows (``from_mask(..., rows_multiple=k)``) round the packed row count up to a
@@ -170,6 +170,7 @@ class Packing:
     length: int
     targets: torch.Tensor | None = None
     padding: torch.Tensor | None = None
+    fillers: torch.Tensor | None = None
 
     @property
     def tokens(self) -> int:
@@ -220,6 +221,7 @@ class Packing:
             length,
             targets,
             move(padding.astype(np.int64)) if padding.size else None,
+            move(np.arange(real, real + fillers, dtype=np.int64)) if fillers > 0 else None,
         )
 
     def repeated(self, times: int) -> Packing:
@@ -244,18 +246,15 @@ class Packing:
             None
             if self.padding is None
             else torch.cat([self.padding + i * cells for i in range(times)]),
+            None
+            if self.fillers is None
+            else torch.cat([self.fillers + i * tokens for i in range(times)]),
         )
 
-    @cached_property  # frozen: cached_property writes the instance's __dict__ directly
-    def filler_rows(self) -> torch.Tensor | None:
-        """The packed positions of the filler rows, None without fillers (only the CPU gets
-        them, so finding them on the tensor waits for nothing)."""
-        if self.targets is None:
-            return None
-        return (self.targets == self.batch * self.length).nonzero().squeeze(1)
-
     def head_rows(self, heads: int) -> HeadRows:
-        """``HeadRows`` for ``heads`` heads, computed once per head count (on the device)."""
+        """``HeadRows`` for ``heads`` heads, computed once per head count (on the device; kept
+        in the instance's ``__dict__``, which a frozen dataclass leaves writable, and not with
+        ``functools.cached_property``, whose lock breaks ``torch.compile``'s graph)."""
         cache = self.__dict__.setdefault("_head_rows_by_heads", {})
         if heads not in cache:
             cells, device = self.batch * self.length, self.indices.device
@@ -285,7 +284,6 @@ class Packing:
         cell = (parts * self.batch + rows[:, None, None]) * heads + head  # (cells, 3, heads)
         return (cell * self.length + positions[:, None, None]).reshape(-1)
 
-    @cached_property
     def first_tokens(self) -> Packing:
         """The packing of each row's first token alone (what the cls poolers read); every later
         position is its padding."""
@@ -406,30 +404,37 @@ class _PaddedHeads(torch.autograd.Function):
     less with it: fp32 40.6-41.8 against 42.3-44.8 ms, bf16 30.7-30.9 against 31.4-33.1 ms."""
 
     @staticmethod
-    def forward(ctx: FunctionCtx, qkv: torch.Tensor, packing: Packing, heads: int) -> torch.Tensor:
-        size = qkv.shape[-1] // (3 * heads)
-        rows = packing.head_rows(heads)
+    def forward(
+        ctx: FunctionCtx,
+        qkv: torch.Tensor,
+        rows: HeadRows,
+        fillers: torch.Tensor | None,
+        shape: tuple[int, int, int, int],
+    ) -> torch.Tensor:
+        batch, heads, length, size = shape
         padded = qkv.reshape(-1, size).index_select(0, rows.gather)
         if rows.padding is not None:
             padded.index_fill_(0, rows.padding, 0)
-        ctx.packing, ctx.sources = packing, rows.sources
-        return padded.view(3, packing.batch, heads, packing.length, size)
+        ctx.save_for_backward(rows.sources, *([] if fillers is None else [fillers]))
+        ctx.tokens = qkv.shape[0]
+        return padded.view(3, batch, heads, length, size)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        packing: Packing = ctx.packing
-        packed = grad.reshape(-1, grad.shape[-1]).index_select(0, ctx.sources)
-        packed = packed.view(packing.tokens, -1)
-        if packing.filler_rows is not None:  # dropped in the forward: no gradient
-            packed.index_fill_(0, packing.filler_rows, 0)
-        return packed, None, None
+    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        sources, *fillers = ctx.saved_tensors
+        packed = grad.reshape(-1, grad.shape[-1]).index_select(0, sources).view(ctx.tokens, -1)
+        for rows in fillers:  # dropped in the forward: no gradient
+            packed.index_fill_(0, rows, 0)
+        return packed, None, None, None
 
 
 def _split_heads(qkv: torch.Tensor, packing: Packing, heads: int) -> torch.Tensor:
     """Packed (tokens, 3 * hidden) -> padded (3, batch, heads, length, head_size), each of Q, K
-    and V contiguous, zeros at the padding."""
-    return _PaddedHeads.apply(qkv, packing, heads)
+    and V contiguous, zeros at the padding. (The index rows are computed out here: under
+    ``torch.compile`` a custom Function may not leave tensors it made behind in a cache.)"""
+    shape = (packing.batch, heads, packing.length, qkv.shape[-1] // (3 * heads))
+    return _PaddedHeads.apply(qkv, packing.head_rows(heads), packing.fillers, shape)
 
 
 def _attention_function(attention: nn.Module) -> Callable[..., tuple[torch.Tensor, object]]:
@@ -519,7 +524,7 @@ def _bert_layer(
     LayerNorms: row by row) at each row's first token alone."""
     attention = layer.attention.self
     qkv = _qkv((attention.query, attention.key, attention.value), states)
-    rows = packing.first_tokens if first_tokens_only else packing
+    rows = packing.first_tokens() if first_tokens_only else packing
     context = _attend(attention, qkv, bias, packing, attention.num_attention_heads, rows)
     if first_tokens_only:
         states = states.index_select(0, packing.first)

@@ -282,6 +282,7 @@ def test_filler_rows_round_the_packing_up_and_are_dropped_when_unpacked() -> Non
     assert packing.tokens == 8 and not packing.dense
     assert packing.indices.tolist() == [0, 1, 2, 3, 6, 7, 7, 7]  # fillers: the last real token
     assert packing.targets.tolist() == [0, 1, 2, 3, 6, 7, 9, 9]  # 9: the spare row, cut off
+    assert packing.fillers.tolist() == [6, 7] and packing.padding.tolist() == [4, 5, 8]
     assert packing.first.tolist() == [0, 3, 4] and packing.lengths.tolist() == [3, 1, 2]
     states = torch.arange(8.0, requires_grad=True)
     padded = packing.unpack(states[:, None])
@@ -317,10 +318,10 @@ def test_qkv_go_to_the_heads_contiguous_and_their_gradients_come_back(rows_multi
     (theirs,) = torch.autograd.grad((permuted * weights).sum(), qkv)
     assert torch.equal(ours, theirs)
     if rows_multiple > 1:
-        assert packing.filler_rows.tolist() == [6, 7, 14, 15]
-        assert not ours[packing.filler_rows].any()
+        assert packing.fillers.tolist() == [6, 7, 14, 15]
+        assert not ours[packing.fillers].any()
     else:
-        assert packing.filler_rows is None
+        assert packing.fillers is None
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta"])
