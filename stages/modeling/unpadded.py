@@ -150,7 +150,8 @@ class Packing:
     filler rows, where each packed row goes when unpacked (its flat position, or the spare
     position ``batch * length``, dropped, for a filler); ``padding``: the flat positions of the
     padding (None without any); ``fillers``: the packed positions of the filler rows (None
-    without any). Built on the host from the mask, so using it never waits for the
+    without any; derivable from ``targets``, but only by a ``nonzero``, which would wait for a
+    device and break ``torch.compile``'s graph). Built on the host from the mask, so using it never waits for the
     device.
 
     Filler rows (``from_mask(..., rows_multiple=k)``) round the packed row count up to a
