@@ -24,8 +24,7 @@ The cls poolers read the last layer at each row's first token alone, and everyth
 after its attention works row by row, so with ``first_tokens_only`` the last layer's attention
 runs as always (every token's keys, values and queries: the same dropout draws as the padded
 forward) and its output projection, feed-forward, dropouts and LayerNorms run on the first
-tokens only (``PackedLayout.first_tokens_layer``, written for the ``bert`` layout; the others
-compute the whole last layer and pick its first tokens). The trainer (``train.pooler: cls``, as
+tokens only (``_first_tokens``, in every layout). The trainer (``train.pooler: cls``, as
 SimCSE) and the evaluation encoder (``cls_before_pooler``) ask for it. That is about 3/4 of the
 last layer's matrix products (BERT: attention output 1, feed-forward 8, of 12 units a token with
 Q, K, V 3), so 3/8 of a 2-layer encoder's, 1/8 of a 6-layer one's, 1/16 of BERT-base's.
@@ -151,8 +150,8 @@ class Packing:
     position ``batch * length``, dropped, for a filler); ``padding``: the flat positions of the
     padding (None without any); ``fillers``: the packed positions of the filler rows (None
     without any; derivable from ``targets``, but only by a ``nonzero``, which would wait for a
-    device and break ``torch.compile``'s graph). Built on the host from the mask, so using it never waits for the
-    device.
+    device and break ``torch.compile``'s graph). Built on the host from the mask, so using it
+    never waits for the device.
 
     Filler rows (``from_mask(..., rows_multiple=k)``) round the packed row count up to a
     multiple of k with copies of the last real token, computed and then dropped. On a CPU in
@@ -349,9 +348,9 @@ def packed_forward(
 ) -> PackedStates:
     """The encoder's token states at the real tokens (see the module docstring). With
     ``first_tokens_only`` (what the cls poolers read) the last layer's states come back at each
-    row's first token alone: where the layout has a ``first_tokens_layer``, that layer's
-    attention runs as before (keys and values of every token, every query, so dropout draws what
-    the padded forward draws) and only what follows it runs on the first tokens."""
+    row's first token alone: that layer's attention runs as before (keys and values of every
+    token, every query, so dropout draws what the padded forward draws) and only what follows it
+    runs on the first tokens."""
     reason = unpadding_unsupported(model)
     if reason is not None:
         raise ValueError(f"cannot unpad {type(model).__name__}: {reason}")
@@ -363,22 +362,19 @@ def packed_forward(
     states = packing.pack(embedded)
     first_layer = None
     layers = layout.layers(model)
-    reduced = False
     for i, layer in enumerate(layers):
-        run = layout.layer
-        if first_tokens_only and i == len(layers) - 1 and layout.first_tokens_layer is not None:
-            run, reduced = layout.first_tokens_layer, True
+        first_only = first_tokens_only and i == len(layers) - 1
         if getattr(layer, "gradient_checkpointing", False) and layer.training:
-            states = checkpoint(run, layer, states, context, packing, use_reentrant=False)
+            states = checkpoint(
+                layout.layer, layer, states, context, packing, first_only, use_reentrant=False
+            )
         else:
-            states = run(layer, states, context, packing)
+            states = layout.layer(layer, states, context, packing, first_only)
         if i == 0 and keep_first_layer:
             first_layer = states
     last = layout.finish(model, states)
     if keep_first_layer and len(layers) == 1:
         first_layer = last  # Hugging Face's hidden_states end with the finished states
-    if first_tokens_only and not reduced:
-        last = last.index_select(0, packing.first)
     return PackedStates(last, first_layer, first_tokens_only)
 
 
@@ -449,17 +445,11 @@ def _attention_function(attention: nn.Module) -> Callable[..., tuple[torch.Tenso
 
 
 def _attend(
-    attention: nn.Module,
-    qkv: torch.Tensor,
-    bias: torch.Tensor,
-    packing: Packing,
-    heads: int,
-    out: Packing | None = None,
+    attention: nn.Module, qkv: torch.Tensor, bias: torch.Tensor, packing: Packing, heads: int
 ) -> torch.Tensor:
     """Packed attention context (tokens, hidden) over the padded layout with the padding masked
     out: through transformers' attention function for the model's implementation, or, for a
-    short batch evaluated on the CPU, ``batched_attention``; packed by ``out`` (default
-    ``packing``)."""
+    short batch evaluated on the CPU, ``batched_attention``."""
     q, k, v = _split_heads(qkv, packing, heads)
     if not attention.training and q.device.type == "cpu" and packing.length <= SHORT_CPU_LENGTH:
         context = batched_attention(q, k, v, None if packing.dense else bias, attention.scaling)
@@ -473,7 +463,7 @@ def _attend(
             dropout=attention.dropout.p if attention.training else 0.0,
             scaling=attention.scaling,
         )  # (batch, length, heads, head_size)
-    return (out or packing).pack(context.reshape(packing.batch, packing.length, -1))
+    return packing.pack(context.reshape(packing.batch, packing.length, -1))
 
 
 # Up to this many positions, attention without dropout on the CPU runs as two batched matrix
@@ -513,6 +503,18 @@ def _dense_dropout_norm(
     return output.LayerNorm(dropped + residual)
 
 
+def _first_tokens(
+    context: torch.Tensor, states: torch.Tensor, packing: Packing, first_tokens_only: bool
+) -> tuple[torch.Tensor, torch.Tensor, Packing]:
+    """A layer's packed attention output and input states, and the packing the rest of the layer
+    runs on: all of them, or with ``first_tokens_only`` each row's first token alone (everything
+    after the attention is row by row; dropout still draws its mask over the padded layout)."""
+    if not first_tokens_only:
+        return context, states, packing
+    first = packing.first
+    return context.index_select(0, first), states.index_select(0, first), packing.first_tokens()
+
+
 def _bert_layer(
     layer: nn.Module,
     states: torch.Tensor,
@@ -520,32 +522,25 @@ def _bert_layer(
     packing: Packing,
     first_tokens_only: bool = False,
 ) -> torch.Tensor:
-    """BERT's layer on the packed tokens; with ``first_tokens_only`` the attention over every
-    token as always, and what follows it (output projection, feed-forward, their dropouts and
-    LayerNorms: row by row) at each row's first token alone."""
     attention = layer.attention.self
     qkv = _qkv((attention.query, attention.key, attention.value), states)
-    rows = packing.first_tokens() if first_tokens_only else packing
-    context = _attend(attention, qkv, bias, packing, attention.num_attention_heads, rows)
-    if first_tokens_only:
-        states = states.index_select(0, packing.first)
-    attended = _dense_dropout_norm(layer.attention.output, context, states, rows)
-    return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, rows)
-
-
-def _bert_first_tokens_layer(
-    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
-) -> torch.Tensor:
-    """``_bert_layer``'s output at each row's first token, (batch, hidden)."""
-    return _bert_layer(layer, states, bias, packing, first_tokens_only=True)
+    context = _attend(attention, qkv, bias, packing, attention.num_attention_heads)
+    context, states, packing = _first_tokens(context, states, packing, first_tokens_only)
+    attended = _dense_dropout_norm(layer.attention.output, context, states, packing)
+    return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, packing)
 
 
 def _distilbert_layer(
-    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+    layer: nn.Module,
+    states: torch.Tensor,
+    bias: torch.Tensor,
+    packing: Packing,
+    first_tokens_only: bool = False,
 ) -> torch.Tensor:
     attention = layer.attention
     qkv = _qkv((attention.q_lin, attention.k_lin, attention.v_lin), states)
     context = _attend(attention, qkv, bias, packing, attention.n_heads)
+    context, states, packing = _first_tokens(context, states, packing, first_tokens_only)
     attended = layer.sa_layer_norm(attention.out_lin(context) + states)
     ffn = layer.ffn  # its ff_chunk: lin1, activation, lin2, dropout
     hidden = ffn.lin2(ffn.activation(ffn.lin1(attended)))
@@ -553,7 +548,11 @@ def _distilbert_layer(
 
 
 def _mpnet_layer(
-    layer: nn.Module, states: torch.Tensor, bias: torch.Tensor, packing: Packing
+    layer: nn.Module,
+    states: torch.Tensor,
+    bias: torch.Tensor,
+    packing: Packing,
+    first_tokens_only: bool = False,
 ) -> torch.Tensor:
     """MPNet's attention as its own module computes it (eager; ``bias`` holds the relative
     position bias plus the padding mask)."""
@@ -564,6 +563,7 @@ def _mpnet_layer(
     probs = attention.dropout(F.softmax(scores + bias, dim=-1))
     context = torch.matmul(probs, v).permute(0, 2, 1, 3)
     context = packing.pack(context.reshape(packing.batch, packing.length, -1))
+    context, states, packing = _first_tokens(context, states, packing, first_tokens_only)
     dropped = padded_dropout(layer.attention.dropout, attention.o(context), packing)
     attended = layer.attention.LayerNorm(dropped + states)
     return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, packing)
@@ -601,7 +601,11 @@ def _deberta_context(
 
 
 def _deberta_layer(
-    layer: nn.Module, states: torch.Tensor, context: DebertaContext, packing: Packing
+    layer: nn.Module,
+    states: torch.Tensor,
+    context: DebertaContext,
+    packing: Packing,
+    first_tokens_only: bool = False,
 ) -> torch.Tensor:
     """DeBERTa's disentangled attention as its module computes it, with Q, K and V projected on
     the packed tokens and the scores over the padded layout (its relative attention needs the
@@ -625,6 +629,7 @@ def _deberta_layer(
     attended = torch.bmm(probs.view(-1, length, length), v)
     attended = attended.view(packing.batch, heads, length, -1).permute(0, 2, 1, 3)
     attended = packing.pack(attended.reshape(packing.batch, length, -1))
+    attended, states, packing = _first_tokens(attended, states, packing, first_tokens_only)
     attended = _dense_dropout_norm(attention.output, attended, states, packing)
     return _dense_dropout_norm(layer.output, layer.intermediate(attended), attended, packing)
 
@@ -667,7 +672,11 @@ def _modernbert_context(
 
 
 def _modernbert_layer(
-    layer: nn.Module, states: torch.Tensor, context: ModernBertContext, packing: Packing
+    layer: nn.Module,
+    states: torch.Tensor,
+    context: ModernBertContext,
+    packing: Packing,
+    first_tokens_only: bool = False,
 ) -> torch.Tensor:
     """ModernBERT's encoder layer: pre-LayerNorm attention with rotary Q and K, then the gated
     feed-forward (``act(input) * gate``), each added to the residual stream."""
@@ -691,6 +700,7 @@ def _modernbert_layer(
         scaling=attention.head_dim**-0.5,
     )  # (batch, length, heads, head_size)
     attended = packing.pack(attended.reshape(packing.batch, packing.length, -1))
+    attended, states, packing = _first_tokens(attended, states, packing, first_tokens_only)
     states = states + padded_dropout(attention.out_drop, attention.Wo(attended), packing)
     mlp = layer.mlp
     hidden, gate = mlp.Wi(layer.mlp_norm(states)).chunk(2, dim=-1)
@@ -698,7 +708,7 @@ def _modernbert_layer(
 
 
 Embed = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor | None], torch.Tensor]
-PackedLayer = Callable[[nn.Module, torch.Tensor, Any, Packing], torch.Tensor]
+PackedLayer = Callable[[nn.Module, torch.Tensor, Any, Packing, bool], torch.Tensor]
 LayerContext = Callable[[PreTrainedModel, torch.Tensor, torch.Tensor], Any]
 Finish = Callable[[PreTrainedModel, torch.Tensor], torch.Tensor]
 
@@ -716,10 +726,9 @@ class PackedLayout:
     """A layer structure: its embeddings (padded), where its layers are, one layer over packed
     tokens, what every layer is given besides the states (by default the padding mask in
     ``attention_bias``'s form; MPNet adds its relative position bias, ModernBERT has masks and
-    rotary tables per layer type), what follows the last layer (ModernBERT's final norm), why a
-    model of the family is not covered (None: it is), and, where written, the layer computing
-    only each row's first token's output (``packed_forward``'s ``first_tokens_only``; else the
-    whole last layer runs and its first tokens are picked)."""
+    rotary tables per layer type), what follows the last layer (ModernBERT's final norm), and
+    why a model of the family is not covered (None: it is). A layer takes ``first_tokens_only``:
+    after its attention it runs on each row's first token alone (``_first_tokens``)."""
 
     embed: Embed
     layers_path: tuple[str, ...]
@@ -727,7 +736,6 @@ class PackedLayout:
     context: LayerContext = _padding_bias
     finish: Finish = _finished
     refuse: Callable[[PreTrainedModel], str | None] = _covered
-    first_tokens_layer: PackedLayer | None = None
 
     def layers(self, model: nn.Module) -> nn.ModuleList:
         for name in self.layers_path:
@@ -751,7 +759,6 @@ PACKED_LAYOUTS = {
         lambda model, ids, types: model.embeddings(input_ids=ids, token_type_ids=types),
         ("encoder", "layer"),
         _bert_layer,
-        first_tokens_layer=_bert_first_tokens_layer,
     ),
     "distilbert": PackedLayout(
         lambda model, ids, types: model.embeddings(input_ids=ids),

@@ -324,12 +324,15 @@ def test_with_dropout_on_and_one_seed_unpadded_training_equals_padded(
     assert not torch.allclose(model.embed(ids, mask), runs[0][0])
 
 
+# cls_before_pooler: the last layer after its attention runs on the first tokens alone
+@pytest.mark.parametrize("pooler", ["mean", "cls_before_pooler"])
 @pytest.mark.parametrize("fast_dropout", [False, True], ids=["nn.Dropout", "FastDropout"])
 @pytest.mark.parametrize(("model_type", "implementation"), PACKED_CASES)
 def test_the_gpu_way_of_unpadded_dropout_equals_the_padded_forward_bitwise(
     model_type: str,
     implementation: str,
     fast_dropout: bool,
+    pooler: str,
     backbones,
     tokenizer,
     monkeypatch: pytest.MonkeyPatch,
@@ -342,14 +345,14 @@ def test_the_gpu_way_of_unpadded_dropout_equals_the_padded_forward_bitwise(
         use_fast_dropout(encoder)
     encoder.train()
     ids, mask = padded_batch(tokenizer)
-    model = ContrastiveModel(encoder, "mean")
+    model = ContrastiveModel(encoder, pooler)
     runs = {}
     for launch_bound in (False, True):
         monkeypatch.setattr(unpadded, "_launch_bound", lambda device, bound=launch_bound: bound)
         torch.manual_seed(7)
         runs[launch_bound] = output_and_grads(encoder, lambda: model.embed(ids, mask))
     torch.manual_seed(7)
-    padded = output_and_grads(encoder, lambda: reference(encoder, ids, mask, "mean"))
+    padded = output_and_grads(encoder, lambda: reference(encoder, ids, mask, pooler))
     assert_same(runs[True], padded)
     (out_gpu_way, grads_gpu_way), (out_cpu_way, grads_cpu_way) = runs[True], runs[False]
     assert torch.equal(out_gpu_way, out_cpu_way)
