@@ -9,7 +9,12 @@ from torch import nn
 
 from stages.core.params import SamParams, TrainParams
 from stages.training import runtime
-from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler
+from stages.training.optim import (
+    SharpnessAware,
+    build_optimizer,
+    build_scheduler,
+    clip_gradients,
+)
 from stages.training.runtime import resolve_runtime
 
 
@@ -22,6 +27,30 @@ def quadratic(w: torch.Tensor) -> torch.Tensor:
 def gradient(w: torch.Tensor) -> torch.Tensor:
     a = torch.arange(1.0, w.numel() + 1, dtype=w.dtype)
     return 3 * a * w**2 + 2 * w
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1.0, 1e6, None])
+def test_clipping_is_torchs_clip_grad_norm_bit_for_bit(max_norm: float | None) -> None:
+    torch.manual_seed(0)
+    shapes = [(64, 32), (32,), (3, 5, 7), (1,)]
+    grads = [
+        torch.randn(shape) * scale
+        for shape, scale in zip(shapes, (1e-3, 1.0, 0.3, 1e2), strict=True)
+    ]
+    ours, torchs = ([nn.Parameter(torch.zeros(s)) for s in shapes] for _ in range(2))
+    unused = nn.Parameter(torch.ones(2))  # no gradient: skipped, as torch skips it
+    for params in (ours, torchs):
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+    norm = clip_gradients([*ours, unused], max_norm)
+    expected = nn.utils.clip_grad_norm_(
+        [*torchs, unused], math.inf if max_norm is None else max_norm
+    )
+    assert torch.equal(norm, expected)
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, torchs, strict=True))
+    if max_norm == 0.5:  # it did clip
+        assert torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in ours])) < norm
+    assert clip_gradients([unused], max_norm).item() == 0.0
 
 
 @pytest.mark.parametrize("adaptive", [False, True])
