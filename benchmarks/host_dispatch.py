@@ -10,12 +10,12 @@ its rate. This script counts them without a GPU: the stage's own loop trains a r
 initialised 12-layer encoder (width 64: the count depends on the layers, not the width) on the
 wiki1m head sample at batch 64 with every device-dependent choice as on a GPU: torch's dropout
 modules (``FastDropout`` is the CPU's), SDPA attention, PyTorch's Linear (not oneDNN's), the
-unpadded forward's dropout on the padded layout (``padded_dropout``'s GPU way). Counted under
-torch.profiler: operators called from Python or by autograd (not those an operator calls
-itself), per step, by the loop's phase (``step.*``) and by name; unpadded and padded, fp32 and
-bf16 autocast. Where it differs from a GPU's: SDPA with dropout runs the CPU's math composite,
-whose backward is ~8 autograd nodes a layer against a fused kernel's one (~100 more a step);
-and it counts operators, not CUDA launches (one for most operators, none for views).
+unpadded forward's dropout on the padded layout (``padded_dropout``'s GPU way), no filler rows.
+Counted under torch.profiler: operators called from Python or by autograd (not those an
+operator calls itself), per step, by the loop's phase (``step.*``) and by name; unpadded and
+padded, fp32 and bf16 autocast. Where it differs from a GPU's: SDPA with dropout runs the
+CPU's math composite, whose backward is ~8 autograd nodes a layer against a fused kernel's one
+(~100 more a step); and it counts operators, not CUDA launches (one for most, none for views).
 
 Writes benchmarks/results/host_dispatch.json.
 """
@@ -41,7 +41,7 @@ from benchmarks.train_cpu import BATCH, default_data_dir, no_evaluation, ours  #
 from benchmarks.train_overhead import is_operator, save_tiny_model  # noqa: E402
 from stages.core.params import BackboneParams, RandomInit  # noqa: E402
 from stages.modeling import unpadded  # noqa: E402
-from stages.training import loop, parts  # noqa: E402
+from stages.training import loop, parts, runtime  # noqa: E402
 
 DEEP_NARROW = RandomInit(
     hidden_size=64, num_hidden_layers=12, num_attention_heads=2, intermediate_size=256
@@ -59,6 +59,7 @@ def the_gpu_way() -> list[mock._patch]:
         mock.patch.object(unpadded, "_launch_bound", lambda device: True),
         mock.patch.object(parts, "use_fast_dropout", lambda model: 0),
         mock.patch.object(loop, "resolve_runtime", pytorch_linear),
+        mock.patch.object(runtime.Runtime, "packed_rows_multiple", property(lambda self: 1)),
     ]
 
 
