@@ -508,10 +508,12 @@ def test_training_unpadded_or_padded_gives_the_same_run(
     np.testing.assert_allclose(losses, padded_losses, rtol=1e-5)
     # the dev embeddings agree to rounding (alignment and uniformity are smooth in them); the
     # Spearman of a barely trained random model ranks near-tied float32 cosines (SentEval's
-    # arithmetic), so rounding can swap a few ranks: a wide bound, still far below a real change
+    # arithmetic) of 120 pairs, so rounding swaps ranks: over seeds 3-5, dropout 0 and 0.1, one
+    # and two threads, the two runs differed by 0.05-1.04 points (the seeds' scores span 26-36):
+    # a wide bound, still below what another seed moves
     for key in ("alignment", "uniformity"):
         assert best[key] == pytest.approx(padded_best[key], rel=1e-4), key
-    assert abs(best["spearman"] - padded_best["spearman"]) < 1.0
+    assert abs(best["spearman"] - padded_best["spearman"]) < 2.0
     # AdamW's update is ~lr for any gradient, so a rounding difference in a near-zero gradient
     # entry can move a weight by up to lr (3e-5) per step: compare to a few steps' worth.
     for key in weights:
