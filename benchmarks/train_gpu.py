@@ -27,8 +27,11 @@ forward FLOPs (backward ~ 2 x forward) of the 2N duplicated rows, i.e. per layer
 2 * tokens * (4 d^2 + 2 d f) for the projections and FFN, where tokens is rows x the batch's
 padded length L for the padded forward and the real tokens for the unpadded one, plus
 4 * rows * L^2 * d for attention scores and values (attention runs in the padded layout in both),
-plus the MLP head. ``achieved_tflops`` divides the FLOPs computed by the time;
-``useful_tflops`` counts only the real tokens' (the same for both, so it compares them).
+plus the MLP head. The unpadded forward's last layer (the trainer's ``cls`` pooler reads the first
+tokens alone) projects Q, K and V for every real token but runs its output projection and
+feed-forward on each row's first token only: 2 * (3 d^2 tokens + (d^2 + 2 d f) rows).
+``achieved_tflops`` divides the FLOPs computed by the time; ``useful_tflops`` counts only what
+the unpadded forward computes (the same for both, so it compares them).
 Embedding lookups, norms, softmax and the optimizer are not counted (the usual convention).
 """
 
@@ -84,14 +87,20 @@ def default_path(relative: str) -> Path:
     return local if local.exists() else shared
 
 
-def step_flops(rows: int, length: int, size: RandomInit, tokens: int | None = None) -> float:
+def step_flops(
+    rows: int, length: int, size: RandomInit, tokens: int | None = None, *, unpadded: bool = False
+) -> float:
     """Model FLOPs of one training step over ``rows`` sequences padded to ``length``, of which
-    the dense layers compute ``tokens`` (default: all rows x length, the padded forward)."""
+    the dense layers compute ``tokens`` (default: all rows x length, the padded forward);
+    ``unpadded``: the last layer's output projection and feed-forward run on the rows' first
+    tokens alone."""
     d, f, layers = size.hidden_size, size.intermediate_size, size.num_hidden_layers
     tokens = rows * length if tokens is None else tokens
-    per_layer = 2 * tokens * (4 * d * d + 2 * d * f) + 4 * rows * length * length * d
+    attention = 4 * rows * length * length * d
+    layer = 2 * tokens * (4 * d * d + 2 * d * f) + attention
+    last = 2 * (3 * d * d * tokens + (d * d + 2 * d * f) * rows) + attention if unpadded else layer
     head = 2 * rows * d * d
-    return 3.0 * (layers * per_layer + head)
+    return 3.0 * ((layers - 1) * layer + last + head)
 
 
 def total_flops(
@@ -104,7 +113,7 @@ def total_flops(
         rows = plan.global_batch(step)
         length = int(lengths[rows].max())
         tokens = 2 * int(lengths[rows].sum()) if unpadded else None
-        flops += step_flops(2 * len(rows), length, size, tokens)
+        flops += step_flops(2 * len(rows), length, size, tokens, unpadded=unpadded)
     return flops
 
 
@@ -340,7 +349,13 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="tiny model, few steps (checks the script)")
     p.add_argument("--corpus", type=Path, default=None)
     p.add_argument("--senteval", type=Path, default=default_path("senteval"))
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_gpu.json")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results file (default: benchmarks/results/train_gpu.json; with --smoke, a "
+        "temporary folder's, so a check of the script leaves the recorded figures alone)",
+    )
     args = p.parse_args()
     if args.corpus is None:
         wiki = default_path("corpus/wiki1m.txt")
@@ -348,6 +363,8 @@ def main() -> None:
     if args.smoke:
         args.steps, args.steps_large, args.eval_steps, args.warmup = 6, 3, 3, 1
     workdir = Path(tempfile.mkdtemp(prefix="bench-train-gpu-"))
+    if args.out is None:
+        args.out = (workdir if args.smoke else REPO / "benchmarks" / "results") / "train_gpu.json"
     evaluate = stsb_dev_evaluator(args.senteval)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     report: dict[str, Any] = {

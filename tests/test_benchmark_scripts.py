@@ -21,3 +21,18 @@ BENCHMARKS = sorted(
 def test_the_benchmark_script_imports(name: str) -> None:
     module = importlib.import_module(f"benchmarks.{name}")
     assert callable(getattr(module, "main", None)), f"benchmarks/{name}.py has no main()"
+
+
+def test_train_gpu_counts_the_unpadded_last_layer_on_first_tokens() -> None:
+    """The unpadded step skips 3 x 2 (d^2 + 2df) FLOPs (attention output projection and
+    feed-forward, forward and backward) for every real token but its row's first; the padded
+    step and the attention are counted in full."""
+    from benchmarks.train_gpu import BERT_BASE, step_flops
+
+    d, f = BERT_BASE.hidden_size, BERT_BASE.intermediate_size
+    rows, length, tokens = 128, 32, 2_803
+    whole_last_layer = step_flops(rows, length, BERT_BASE, tokens)
+    first_tokens = step_flops(rows, length, BERT_BASE, tokens, unpadded=True)
+    assert whole_last_layer - first_tokens == 3 * 2 * (d * d + 2 * d * f) * (tokens - rows)
+    assert round(first_tokens / 1e12, 2) == 1.36  # docs/training.md, the GPU estimate
+    assert round(step_flops(rows, length, BERT_BASE) / 1e12, 2) == 2.10
