@@ -26,6 +26,7 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,7 +118,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.gpus == 0:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     elif devices and len(devices) != args.gpus:
-        held = claim(devices, args.gpus, lock_dir())
+        try:
+            held = claim(devices, args.gpus, lock_dir())
+        except KeyboardInterrupt:  # Ctrl-C while queued: a line, not a traceback in job logs
+            print(f"gpu_slot: interrupted while waiting for {args.gpus} free GPU(s); "
+                  f"'{command[0]}' did not run", file=sys.stderr)  # fmt: skip
+            # still end by SIGINT, as the shell and Snakemake expect of an interrupted job
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         for fd in held.values():
             os.set_inheritable(fd, True)
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(held)

@@ -116,3 +116,22 @@ def test_asking_for_more_devices_than_visible_fails_with_a_message(tmp_path: Pat
     _, err = process.communicate(timeout=60)
     assert process.returncode != 0
     assert "2 GPU(s) requested but only 1 visible (0)" in err
+
+
+def test_ctrl_c_while_waiting_ends_with_a_line_and_runs_nothing(tmp_path: Path) -> None:
+    held = try_claim(["0", "1"], 2, tmp_path / "locks")  # another job holds devices 0 and 1
+    assert held is not None
+    waiting = launch(tmp_path, "0,1,2", 2, 0.0)  # one of three is free: it waits
+    try:
+        line = waiting.stderr.readline()  # the launcher says it waits before it sleeps
+        assert "waiting for 2 free GPU(s)" in line
+        waiting.send_signal(signal.SIGINT)
+        out, err = waiting.communicate(timeout=30)
+    finally:
+        waiting.kill()
+        for fd in held.values():
+            os.close(fd)
+    assert waiting.returncode == -signal.SIGINT  # ended by the signal, as before
+    assert out == ""  # the command never started
+    assert "interrupted while waiting for 2 free GPU(s)" in err
+    assert "Traceback" not in err
