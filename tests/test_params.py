@@ -72,6 +72,11 @@ BAD_PARAMS = [
         ["train.batch_size", "valid integer", "'sixty-four'"],
     ),
     ("negative learning rate", set_key("train.learning_rate", -3e-5), ["train.learning_rate"]),
+    (
+        "length beyond 512",
+        set_key("train.max_seq_length", 1024),
+        ["train.max_seq_length", "less than or equal to 512", "1024"],
+    ),
     ("dropout of 1", set_key("train.dropout", 1.0), ["train.dropout", "less than 1"]),
     (
         "unknown method in matrix",

@@ -138,7 +138,9 @@ class TrainParams(Section):
     epochs: PositiveInt = 1
     max_steps: PositiveInt | None = Field(None, description="stop after this many updates")
     batch_size: Annotated[int, Field(strict=True), AfterValidator(_contrastive_batch)] = 64
-    max_seq_length: PositiveInt = 32
+    max_seq_length: Annotated[int, Field(gt=0, le=512)] = Field(
+        32, description="truncation in tokens; at most 512, where every evaluation truncates"
+    )
     learning_rate: PositiveFloat = 3e-5
     lr_schedule: Literal["linear", "constant"] = "linear"
     warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0

@@ -84,6 +84,15 @@ class TrainingParts:
             )
         self.total_steps = train.max_steps or train.epochs * self.updates_per_epoch
         self.encoder = load_encoder(job, runtime)
+        longest = max_model_length(self.encoder, self.tokenizer)
+        if train.max_seq_length > longest:
+            # longer rows would index past the position embeddings, deep in the forward
+            raise StageError(
+                f"train.max_seq_length ({train.max_seq_length}) exceeds the {longest} tokens "
+                f"backbone {job.backbone_name} takes (the least of its max_position_embeddings, "
+                f"its tokenizer's model_max_length and 512, where every evaluation truncates): "
+                f"set it to {longest} or less"
+            )
         self.pool = (
             load_triplets(job, self.tokenizer, self.encoder, ctx)
             if job.objective.needs_triplets

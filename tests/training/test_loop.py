@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +20,10 @@ from train_helpers import (
     without_timing,
     write_triplets,
 )
-from transformers import AutoModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from stages.core.errors import StageError
+from stages.core.params import BackboneParams
 from stages.core.run_store import read_log
 from stages.core.temperature_settings import TemperatureSchedule
 from stages.modeling import cpu_linear
@@ -170,6 +173,30 @@ def test_non_finite_loss_stops_with_step_objective_and_statistic(
     assert not (out / "best").exists() and not (out / "metrics.json").exists()
     steps = [r["step"] for r in read_log(out / "log.jsonl") if r["event"] == "train"]
     assert steps == list(range(1, 9))
+
+
+def test_a_max_seq_length_beyond_the_backbones_positions_is_refused_before_any_step(
+    corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path, minilm_path: str
+) -> None:
+    # Without the check, a corpus row longer than the positions fails deep in the embeddings.
+    folder = tmp_path / "short-positions"
+    config = AutoConfig.from_pretrained(minilm_path)
+    config.update({"max_position_embeddings": 24, "num_hidden_layers": 1, "hidden_size": 32,
+                   "num_attention_heads": 2, "intermediate_size": 64})  # fmt: skip
+    AutoModel.from_config(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(folder)
+    backbone = BackboneParams(model=str(folder))
+    out = tmp_path / "run"
+    job = replace(make_job(corpus, out, token_cache, max_seq_length=32), backbone=backbone)
+    expected = r"train\.max_seq_length \(32\) exceeds the 24 tokens backbone tiny takes"
+    with pytest.raises(StageError, match=expected):
+        train(job, dev_evaluator)
+    assert not (out / "metrics.json").exists() and latest_checkpoint(out) is None
+    fitting = replace(
+        job, train=job.train.model_copy(update={"max_seq_length": 24, "max_steps": 1})
+    )
+    train(fitting, dev_evaluator)
+    assert (out / "metrics.json").is_file()
 
 
 def test_temperature_schedule_sets_the_objective_tau(
