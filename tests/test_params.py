@@ -73,6 +73,13 @@ BAD_PARAMS = [
     ),
     ("negative learning rate", set_key("train.learning_rate", -3e-5), ["train.learning_rate"]),
     (
+        "repeated seed",
+        set_key(
+            "experiments", [{"methods": ["simcse"], "backbones": ["bert-base"], "seeds": [1, 2, 1]}]
+        ),
+        ["experiments.0.seeds", "1 listed more than once"],
+    ),
+    (
         "length beyond 512",
         set_key("train.max_seq_length", 1024),
         ["train.max_seq_length", "less than or equal to 512", "1024"],

@@ -361,12 +361,20 @@ class MethodParams(Section):
     )
 
 
+def _distinct(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    repeated = sorted({v for v in values if values.count(v) > 1}, key=values.index)
+    if repeated:
+        # the matrix would hold each once: [42, 42] is one seed, not the two a test over seeds needs
+        raise ValueError(f"{', '.join(map(str, repeated))} listed more than once")
+    return values
+
+
 class ExperimentGroup(Section):
     """One cross product of the matrix: every method on every backbone with every seed."""
 
-    methods: tuple[MethodName, ...] = Field(min_length=1)
-    backbones: tuple[Key, ...] = Field(min_length=1)
-    seeds: tuple[Seed, ...] = Field((42,), min_length=1)
+    methods: Annotated[tuple[MethodName, ...], AfterValidator(_distinct)] = Field(min_length=1)
+    backbones: Annotated[tuple[Key, ...], AfterValidator(_distinct)] = Field(min_length=1)
+    seeds: Annotated[tuple[Seed, ...], AfterValidator(_distinct)] = Field((42,), min_length=1)
 
 
 class BaselineParams(Section):
