@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stages.core.atomic import destination_of
 from stages.core.errors import ParamsError, StageError
-from stages.core.params import DEFAULT_PARAMS
+from stages.core.params import DEFAULT_PARAMS, POOLERS
 
 # The OSErrors that are the machine's state, not a bug: how to name the path, what to do.
 FULL = ("writing", "free some space")
@@ -41,6 +41,33 @@ def parser(description: str) -> argparse.ArgumentParser:
         "--params", default=str(DEFAULT_PARAMS), help="params file (default: params.yaml)"
     )
     return p
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type`` of a count or a length: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def add_target_arguments(
+    p: argparse.ArgumentParser,
+    max_length_help: str = "truncation in tokens (default: the longest the model takes, <= 512)",
+) -> None:
+    """--experiment | --model, and how to load --model."""
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--experiment", help="a run of the matrix or baseline.<key>")
+    target.add_argument("--model", help="HF id, model dir, checkpoint dir, package:<module>")
+    p.add_argument("--pooler", choices=POOLERS, help="required unless the dir has encoder.json")
+    p.add_argument("--revision", default="main", help="hub revision of --model")
+    p.add_argument("--output", help="results JSON (default with --experiment: experiments/...)")
+    p.add_argument("--max-length", type=positive_int, help=max_length_help)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
 
 
 def ensure_dvc_yaml_is_current(argv: Sequence[str]) -> None:

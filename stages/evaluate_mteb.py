@@ -24,20 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from stages.cli import parser, run
+from stages.cli import add_target_arguments, parser, positive_int, run
 from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
 from stages.core.evaluations import MtebParams
 from stages.core.mteb_task_sets import TASK_SETS, task_names
 from stages.core.params import DEFAULT_PARAMS, Params, load_params
 from stages.core.runs import plan_runs
-from stages.evaluation_stage import add_target_arguments, run_evaluation
+from stages.evaluation_stage import run_evaluation
 from stages.mteb_protocol.native_results import NATIVE_DIR, native_results_dir
 
 if TYPE_CHECKING:
     from stages.modeling.encoder import SentenceEncoder
-
-DEFAULT_MAX_LENGTH = 512
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -45,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_target_arguments(
         p,
         max_length_help="truncation in tokens (default: the model's sentence-transformers "
-        f"max_seq_length if it declares one, else {DEFAULT_MAX_LENGTH})",
+        "max_seq_length if it declares one, else the longest it takes, at most 512)",
     )
     p.add_argument("--name", help="label in mteb's cache (default: from --model)")
     p.add_argument(
@@ -57,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--senteval-dir", help="SentEval data root (default: params)")
     p.add_argument("--no-local-data", action="store_true", help="take every task from the hub")
     p.add_argument("--cache-dir", help="mteb's result cache (default: params)")
-    p.add_argument("--batch-size", type=int, help="default: params")
+    p.add_argument("--batch-size", type=positive_int, help="default: params")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -166,14 +164,13 @@ def _settings(base: MtebParams, args: argparse.Namespace) -> MtebParams:
         raise StageError(f"invalid MTEB settings: {problems}") from None
 
 
-def _declared_max_length(model: str, revision: str) -> int:
+def _declared_max_length(model: str, revision: str) -> int | None:
     from stages.mteb_protocol.model import declared_max_length
 
     try:
-        declared = declared_max_length(model, revision)
+        return declared_max_length(model, revision)
     except ValueError as err:
         raise StageError(str(err)) from None
-    return declared or DEFAULT_MAX_LENGTH
 
 
 def _print_summary(results: dict[str, Any], output: Path) -> None:

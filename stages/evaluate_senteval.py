@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stages.cli import parser, run
+from stages.cli import add_target_arguments, parser, positive_int, run
 from stages.core import layout
 from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
 from stages.core.evaluations import SENTEVAL_TASKS, SentEvalParams
 from stages.core.params import DEFAULT_PARAMS, load_params
-from stages.evaluation_stage import add_target_arguments, run_evaluation
+from stages.evaluation_stage import run_evaluation
 from stages.senteval_protocol.loaders import TASK_FOLDERS, DataFormatError, downstream_dir
 
 if TYPE_CHECKING:
@@ -71,13 +71,15 @@ def evaluate_encoder(
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
-    add_target_arguments(p, max_length_help="tokenizer truncation length (default: 512)")
+    add_target_arguments(p)
     p.add_argument(
         "--tasks", nargs="+", choices=SENTEVAL_TASKS, metavar="TASK", help="default: params"
     )
     p.add_argument("--data-dir", help="SentEval data root (holds downstream/); default: params")
     p.add_argument("--mode", choices=("fasttest", "test"), help="default: params")
-    p.add_argument("--batch-size", type=int, help="sentences per encoder call; default: params")
+    p.add_argument(
+        "--batch-size", type=positive_int, help="sentences per encoder call; default: params"
+    )
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="embedding cache root")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     args = p.parse_args(argv)

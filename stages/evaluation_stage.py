@@ -1,5 +1,6 @@
-"""What every evaluation stage shares: its command line's target (a planned experiment, or any
-model with ``--model``), the stored result of the same evaluation, and the results JSON.
+"""What every evaluation stage shares: its target (a planned experiment, or any model with
+``--model``; the flags are ``stages.cli.add_target_arguments``), the stored result of the same
+evaluation, and the results JSON.
 
 A registered evaluation (``stages.core.evaluations``) run for a planned experiment with its
 params as written is stored under its id (``stages.core.runs.evaluation_id``) and reused from
@@ -18,7 +19,7 @@ from stages.core.atomic import write_json
 from stages.core.environment import software
 from stages.core.errors import StageError
 from stages.core.evaluations import output_file
-from stages.core.params import POOLERS, Params
+from stages.core.params import Params
 from stages.core.run_store import reuse_evaluation, store_evaluation
 from stages.core.runs import plan_baselines, plan_runs
 
@@ -27,19 +28,6 @@ if TYPE_CHECKING:
 
 # (encoder, output path) -> the results the stage computes
 Evaluate = Callable[["SentenceEncoder", Path], dict[str, Any]]
-
-
-def add_target_arguments(p: argparse.ArgumentParser, max_length_help: str) -> None:
-    """--experiment | --model, and how to load --model."""
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--experiment", help="a run of the matrix or baseline.<key>")
-    target.add_argument("--model", help="HF id, model dir, checkpoint dir, package:<module>")
-    p.add_argument("--pooler", choices=POOLERS, help="required unless the dir has encoder.json")
-    p.add_argument("--revision", default="main", help="hub revision of --model")
-    p.add_argument("--output", help="results JSON (default with --experiment: experiments/...)")
-    p.add_argument("--max-length", type=int, help=max_length_help)
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
 
 
 def require_planned(name: str, params: Params) -> None:

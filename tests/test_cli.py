@@ -253,3 +253,23 @@ def test_commands_quote_a_params_path_for_the_shell() -> None:
     assert restore_command("wiki1m_head_11913", "my presets/a b.yaml") == (
         "python -m stages.download corpus --params 'my presets/a b.yaml'"
     )
+
+
+@pytest.mark.parametrize(
+    ("stage", "flag", "value", "problem"),
+    [
+        ("stages.evaluate_senteval", "--max-length", "0", "must be at least 1 (got 0)"),
+        ("stages.evaluate_senteval", "--batch-size", "-2", "must be at least 1 (got -2)"),
+        ("stages.evaluate_mteb", "--batch-size", "0", "must be at least 1 (got 0)"),
+        ("stages.evaluations.sts_tsv", "--max-length", "1e3", "not an integer: '1e3'"),
+    ],
+)
+def test_a_count_or_length_flag_below_one_is_refused_before_any_work(
+    stage: str, flag: str, value: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 0 read as "unset" once and quietly ran the default; a negative length reached the tokenizer
+    main = __import__(stage, fromlist=["main"]).main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", "m", "--output", "out.json", flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: {problem}" in capsys.readouterr().err

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from stages.cli import parser, run
+from stages.cli import add_target_arguments, parser, run
 from stages.core.data_check import sha256_of
 from stages.core.errors import StageError
 from stages.core.evaluations import StsTsvParams
 from stages.core.params import DEFAULT_PARAMS, load_params
-from stages.evaluation_stage import add_target_arguments, run_evaluation
+from stages.evaluation_stage import run_evaluation
 from stages.senteval_protocol.loaders import DataFile, StsPairs, StsTask
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def score_files(encoder: SentenceEncoder, files: dict[str, str]) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
-    add_target_arguments(p, max_length_help="tokenizer truncation length (default: 512)")
+    add_target_arguments(p)
     p.add_argument("--file", action="append", metavar="NAME=TSV", help="default: params' files")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

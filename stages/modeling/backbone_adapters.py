@@ -26,7 +26,7 @@ The training and evaluation code is written once for every backbone; each family
   config keys computed from those sizes, recomputed when ``random_init`` changes them.
 
 Every family's longest input is its config's ``max_position_embeddings`` capped by its
-tokenizer's limit (``training.dev.max_model_length``), so nothing per family is needed there.
+tokenizer's limit (``input_length.max_model_length``), so nothing per family is needed there.
 The papers' learning rates and batch sizes per backbone are the presets' ``per_backbone``
 entries (the papers ran BERT and RoBERTa only); none is invented here for the other families.
 

@@ -35,6 +35,7 @@ from stages.modeling.backbone import loading, model_location, pretrained_tokeniz
 from stages.modeling.backbone_adapters import find_adapter
 from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info
 from stages.modeling.cpu_linear import use_onednn_linear
+from stages.modeling.input_length import max_model_length
 from stages.modeling.pooler_head import pooler_head, restore_pooler_head
 from stages.modeling.pooling import (
     needs_hidden_states,
@@ -190,7 +191,8 @@ def _mover(device: torch.device) -> Callable[[np.ndarray | torch.Tensor], torch.
 
 
 class SentenceEncoder:
-    """``encoder(sentences) -> np.ndarray`` for a model name, directory or trained checkpoint."""
+    """``encoder(sentences) -> np.ndarray`` for a model name, directory or trained checkpoint;
+    sentences are truncated to ``max_length`` tokens (default: the longest the model takes)."""
 
     def __init__(
         self,
@@ -198,7 +200,7 @@ class SentenceEncoder:
         pooler: str | None = None,
         *,
         revision: str = "main",
-        max_length: int = 512,
+        max_length: int | None = None,
         batch_size: int = 128,
         device: str = "auto",
         precision: Precision = "fp32",
@@ -218,12 +220,19 @@ class SentenceEncoder:
         self.pooler = pooler or self.info.eval_pooler
         self.pooler_source = "argument" if pooler else "encoder.json"
         self.revision = revision
-        self.max_length = max_length
         self.batch_size = batch_size
         self.precision = precision
         self.device = pick_device(device)
         self.tokenizer = pretrained_tokenizer(self.location, revision, model)
         self.model = self._load_model()
+        longest = max_model_length(self.model, self.tokenizer)
+        if max_length is not None and max_length > longest:
+            # a longer sentence would index past the position embeddings, deep in the forward
+            raise EncoderError(
+                f"{model}: max_length {max_length} exceeds the {longest} tokens it takes (the "
+                "least of its max_position_embeddings, its tokenizer's model_max_length and 512)"
+            )
+        self.max_length = max_length or longest
 
     def _load_model(self) -> PreTrainedModel:
         with loading(self.model_name, "weights", self.location):

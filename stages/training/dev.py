@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from stages.modeling.input_length import max_model_length
 from stages.modeling.unpadded import Packing
 from stages.training.data import TokenRows, pad_rows, tokenize
 from stages.training.model import ContrastiveModel
@@ -26,13 +27,6 @@ from stages.training.runtime import Runtime
 
 Encode = Callable[[Sequence[str]], np.ndarray]
 DevEvaluator = Callable[[Encode], dict[str, float]]
-
-
-def max_model_length(encoder: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
-    """The longest input the model takes (512 for BERT/RoBERTa; RoBERTa's 514 positions
-    include its padding offset, which the tokenizer's limit accounts for)."""
-    positions = getattr(encoder.config, "max_position_embeddings", 512)
-    return min(positions, tokenizer.model_max_length, 512)
 
 
 class DevEncoder:

@@ -23,6 +23,7 @@ from stages.core.errors import StageError
 from stages.modeling.backbone import ModelLoadError, load_backbone, load_tokenizer
 from stages.modeling.cpu_linear import use_onednn_linear
 from stages.modeling.dropout import use_fast_dropout
+from stages.modeling.input_length import max_model_length
 from stages.training import distributed as dist_util
 from stages.training.data import (
     BatchPlan,
@@ -32,7 +33,7 @@ from stages.training.data import (
     read_triplet_token_ids,
     special_token_frame,
 )
-from stages.training.dev import DevEncoder, DevEvaluator, max_model_length
+from stages.training.dev import DevEncoder, DevEvaluator
 from stages.training.distributed import Distributed
 from stages.training.job import TrainJob
 from stages.training.model import (

@@ -122,7 +122,9 @@ def write_senteval_tree(root: Path, n: int = 40, seed: int = 0) -> Path:
     return root
 
 
-def save_tiny_bert(folder: Path, tokenizer_path: str, seed: int = 0, pooler: bool = True) -> Path:
+def save_tiny_bert(
+    folder: Path, tokenizer_path: str, seed: int = 0, pooler: bool = True, positions: int = 512
+) -> Path:
     """A randomly initialised 2-layer BERT with the real MiniLM tokenizer, saved as a model dir."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
@@ -134,6 +136,7 @@ def save_tiny_bert(folder: Path, tokenizer_path: str, seed: int = 0, pooler: boo
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
+        max_position_embeddings=positions,
     )
     torch.manual_seed(seed)
     BertModel(config, add_pooling_layer=pooler).save_pretrained(folder)

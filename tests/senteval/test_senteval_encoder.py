@@ -40,6 +40,24 @@ def test_rows_follow_the_input_and_match_one_sentence_at_a_time(tiny_bert: Path)
         np.testing.assert_allclose(row, expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_sentences_are_cut_to_the_longest_input_the_model_takes(
+    tiny_bert: Path, tmp_path: Path, minilm_path: str
+) -> None:
+    assert SentenceEncoder(str(tiny_bert), "mean", device="cpu").max_length == 512
+    short = save_tiny_bert(tmp_path / "short", minilm_path, positions=16)
+    encoder = SentenceEncoder(str(short), "mean", device="cpu")
+    assert encoder.max_length == 16 and encoder.describe()["max_length"] == 16
+    long = "a man plays a guitar " * 8  # 42 tokens: past the 16 positions untruncated
+    model = AutoModel.from_pretrained(short).eval()
+    batch = AutoTokenizer.from_pretrained(short)([long], truncation=True, max_length=16,
+                                                return_tensors="pt")  # fmt: skip
+    with torch.no_grad():
+        expected = pool(model(**batch), batch["attention_mask"], "mean")[0]
+    np.testing.assert_allclose(encoder([long])[0], expected.numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(EncoderError, match=r"max_length 17 exceeds the 16 tokens it takes"):
+        SentenceEncoder(str(short), "mean", device="cpu", max_length=17)
+
+
 def test_checkpoint_pooler_comes_from_encoder_json_and_overrides_are_recorded(
     tiny_bert: Path, tmp_path: Path
 ) -> None:
