@@ -70,6 +70,31 @@ def add_target_arguments(
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
 
 
+# How --model is loaded, which an experiment's run and params decide: (flag, attribute, default).
+MODEL_OPTIONS = (
+    ("--pooler", "pooler", None),
+    ("--revision", "revision", "main"),
+    ("--max-length", "max_length", None),
+    ("--precision", "precision", "fp32"),
+)
+
+
+def parse_target_arguments(
+    p: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace:
+    """``p.parse_args(argv)``, refusing with --experiment the flags that say how to load --model
+    (ignored, they would have the experiment's result written as if they applied)."""
+    args = p.parse_args(argv)
+    given = [flag for flag, name, default in MODEL_OPTIONS if getattr(args, name) != default]
+    if args.experiment and given:
+        p.error(
+            f"{', '.join(given)} apply to --model only: experiment {args.experiment} is "
+            "evaluated as its run and params give it (for other settings pass its checkpoint: "
+            "--model runs/<run_id>/best --output FILE)"
+        )
+    return args
+
+
 def ensure_dvc_yaml_is_current(argv: Sequence[str]) -> None:
     """Under `dvc repro` (DVC sets DVC_STAGE), refuse to run from a stale dvc.yaml.
 

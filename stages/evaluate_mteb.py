@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from stages.cli import add_target_arguments, parser, positive_int, run
+from stages.cli import add_target_arguments, parse_target_arguments, parser, positive_int, run
 from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
 from stages.core.evaluations import MtebParams
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--no-local-data", action="store_true", help="take every task from the hub")
     p.add_argument("--cache-dir", help="mteb's result cache (default: params)")
     p.add_argument("--batch-size", type=positive_int, help="default: params")
-    args = p.parse_args(argv)
+    args = parse_target_arguments(p, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     explicit = args.params != str(DEFAULT_PARAMS)

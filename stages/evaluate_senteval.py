@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stages.cli import add_target_arguments, parser, positive_int, run
+from stages.cli import add_target_arguments, parse_target_arguments, parser, positive_int, run
 from stages.core import layout
 from stages.core.data_check import verify_workspace_data
 from stages.core.errors import StageError
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="embedding cache root")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
-    args = p.parse_args(argv)
+    args = parse_target_arguments(p, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     settings = _settings(args.params, explicit=args.params != str(DEFAULT_PARAMS))

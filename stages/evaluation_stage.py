@@ -63,7 +63,7 @@ def run_evaluation(
             return output, None
         from stages.evaluation_target import encoder_for
 
-        encoder = encoder_for(args.experiment, params, batch_size=batch_size)
+        encoder = encoder_for(args.experiment, params, batch_size=batch_size, device=args.device)
     elif not args.output:
         raise StageError("--output is required with --model (where to write the results JSON)")
     else:

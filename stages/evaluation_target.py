@@ -16,8 +16,11 @@ from stages.modeling.encoder import EncoderError, SentenceEncoder
 TRAIN_POINTER = "train.json"
 
 
-def encoder_for(name: str, params: Params, *, batch_size: int) -> SentenceEncoder:
-    """The encoder of experiment ``name``; a clear StageError if it cannot be evaluated yet."""
+def encoder_for(
+    name: str, params: Params, *, batch_size: int, device: str = "auto"
+) -> SentenceEncoder:
+    """The encoder of experiment ``name`` on ``device``; a clear StageError if it cannot be
+    evaluated yet."""
     baselines = plan_baselines(params)
     runs = plan_runs(params)
     if name in baselines:
@@ -29,6 +32,7 @@ def encoder_for(name: str, params: Params, *, batch_size: int) -> SentenceEncode
             label=name,
             revision=backbone.revision,
             batch_size=batch_size,
+            device=device,
         )
     if name not in runs:
         known = ", ".join([*runs, *baselines]) or "(none)"
@@ -45,7 +49,7 @@ def encoder_for(name: str, params: Params, *, batch_size: int) -> SentenceEncode
     model_dir = layout.run_dir(run_id) / "best"
     if not model_dir.is_dir():
         raise StageError(f"{name}: the best checkpoint {model_dir} is missing from the run store")
-    return load_encoder(str(model_dir), None, label=name, batch_size=batch_size)
+    return load_encoder(str(model_dir), None, label=name, batch_size=batch_size, device=device)
 
 
 def load_encoder(

@@ -84,3 +84,33 @@ def test_what_cannot_be_evaluated_says_why(
         point(name, plan_runs(params)[name].run_id)
     with pytest.raises(StageError, match=message):
         encoder_for(name, params, batch_size=8)
+
+
+@pytest.mark.parametrize(
+    ("stage", "flags", "named"),
+    [
+        ("stages.evaluate_senteval", ["--precision", "bf16"], "--precision"),
+        (
+            "stages.evaluate_mteb",
+            ["--max-length", "64", "--pooler", "mean"],
+            "--pooler, --max-length",
+        ),
+        ("stages.evaluations.sts_tsv", ["--revision", "v2"], "--revision"),
+    ],
+)
+def test_model_loading_flags_are_refused_for_an_experiment_not_ignored(
+    project: Path, stage: str, flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were ignored: a bf16 request was scored in fp32 and written as the experiment's result
+    Path("params.yaml").write_text(json.dumps(PARAMS))
+    main = __import__(stage, fromlist=["main"]).main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--experiment", "baseline.minilm-mean", *flags])
+    assert exit_.value.code == 2
+    assert f"error: {named} apply to --model only: experiment" in capsys.readouterr().err
+    assert not Path("experiments").exists()
+
+
+def test_an_experiment_is_encoded_on_the_device_asked_for(project: Path) -> None:
+    encoder = encoder_for("baseline.minilm-mean", parse_params(PARAMS), batch_size=8, device="cpu")
+    assert str(encoder.device) == "cpu"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from stages.cli import add_target_arguments, parser, run
+from stages.cli import add_target_arguments, parse_target_arguments, parser, run
 from stages.core.data_check import sha256_of
 from stages.core.errors import StageError
 from stages.core.evaluations import StsTsvParams
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     add_target_arguments(p)
     p.add_argument("--file", action="append", metavar="NAME=TSV", help="default: params' files")
-    args = p.parse_args(argv)
+    args = parse_target_arguments(p, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     explicit = args.params != str(DEFAULT_PARAMS)

@@ -96,8 +96,8 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
     shutil.copy(PARAMS, project / "params.yaml")
     calls = []
 
-    def encoder_for(name, params, *, batch_size):
-        calls.append((name, params.mteb.tasks, batch_size))
+    def encoder_for(name, params, *, batch_size, device):
+        calls.append((name, params.mteb.tasks, batch_size, device))
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
     monkeypatch.setattr("stages.evaluation_target.encoder_for", encoder_for)
@@ -109,8 +109,10 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
             "STSBenchmark",
             "--sts-raw-dir",
             OWN_STS,
+            "--device",
+            "cpu",
         ]
     )
-    assert calls == [("simcse.bert-base.s42", "sts", 128)]
+    assert calls == [("simcse.bert-base.s42", "sts", 128, "cpu")]
     results = json.loads((project / "experiments/simcse.bert-base.s42/mteb.json").read_text())
     assert results["encoder"]["mteb_name"] == "cse-repro/simcse.bert-base.s42"
