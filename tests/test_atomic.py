@@ -4,6 +4,7 @@ for a week) or of another output."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -124,3 +125,50 @@ def test_a_replaced_folder_is_moved_aside_before_it_is_deleted(
     monkeypatch.setattr(atomic.shutil, "rmtree", watching)
     write_folder(dest, "new")
     assert seen_at_deletion == [["new"]]
+
+
+def test_an_output_is_on_the_disk_before_its_name_and_its_name_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rename can reach the disk before the data it names (ext4's delayed allocation): without
+    the flushes, a crash just after it showed a finished-looking output of empty files."""
+    dest = tmp_path / "runs" / "r1"
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        events.append(("rename", str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    with atomic.atomic_path(dest) as tmp:
+        (tmp / "best").mkdir(parents=True)
+        (tmp / "best" / "model.safetensors").write_bytes(b"weights")
+        (tmp / "metrics.json").write_text("{}")
+
+    renamed = events.index(("rename", str(dest)))
+    before = {Path(path).relative_to(tmp).as_posix() for _, path in events[:renamed]
+              if Path(path).is_relative_to(tmp)}  # fmt: skip
+    assert before == {".", "best", "best/model.safetensors", "metrics.json"}
+    assert events[renamed + 1 :] == [("fsync", str(dest.parent))]
+
+
+def test_a_write_the_disk_refuses_at_the_flush_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delayed write fails at fsync (ENOSPC, EIO): the output is not renamed into place."""
+    dest = tmp_path / "metrics.json"
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError, match="No space left") as raised:
+        write_text(dest, "{}")
+    assert raised.value.filename == str(dest)
+    assert list(tmp_path.iterdir()) == []

@@ -5,6 +5,11 @@ place (rename is atomic within one filesystem), so a reader sees either nothing 
 A folder being replaced is first renamed into the temporary, never deleted in place; of two
 writers of one folder at once, the first to finish keeps its output.
 
+Before the rename every file and folder of the output is flushed to the disk (fsync), and the
+destination's folder after it: a filesystem may commit a rename before the data it names (ext4's
+delayed allocation does), so a machine that crashed just after it would show a
+finished-looking output of empty files, and a run's only checkpoint could be one.
+
 A SIGKILL runs no cleanup, so a killed writer leaves its temporary behind: hidden, never taken
 for the output. Its name says whose it is, ``.<dest name>.<host>-<pid>.<random>.tmp``, so the
 next write of the same destination removes those of processes of this host that are gone. Whether
@@ -72,6 +77,7 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
         work = tmp / (dest.name + suffix)
         try:
             yield work
+            sync_tree(work)
         except Exception as err:
             named = _naming(err, dest)
             if named is err:
@@ -88,6 +94,48 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
             # a concurrent writer of the same folder put its whole output there first
             if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
+        sync_folder(dest.parent)
+
+
+def sync_tree(path: Path) -> None:
+    """Flush ``path`` to the disk: a file, or a folder with every file and folder under it
+    (links are not followed: they point at something already durable or not ours)."""
+    if path.is_symlink():
+        return
+    if not path.is_dir():
+        if path.exists():
+            _sync_file(path)
+        return
+    for root, _folders, files in os.walk(path):
+        for name in files:
+            file = os.path.join(root, name)
+            if not os.path.islink(file):
+                _sync_file(file)
+        sync_folder(Path(root))
+
+
+def _sync_file(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # an error here (EIO, ENOSPC of a delayed write) is the write's own
+    finally:
+        os.close(fd)
+
+
+def sync_folder(folder: Path) -> None:
+    """Flush ``folder``'s entries (the names renamed into it); skipped where the filesystem
+    cannot sync a folder (some network filesystems refuse it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.EBADF, errno.ENOTSUP, errno.EACCES):
+            raise
+    finally:
+        os.close(fd)
 
 
 def _naming(err: Exception, dest: Path) -> Exception:

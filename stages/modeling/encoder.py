@@ -35,7 +35,7 @@ from stages.modeling.backbone import loading, model_location, pretrained_tokeniz
 from stages.modeling.backbone_adapters import find_adapter
 from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info
 from stages.modeling.cpu_linear import use_onednn_linear
-from stages.modeling.input_length import max_model_length
+from stages.modeling.input_length import LIMIT_PARTS, max_model_length
 from stages.modeling.pooler_head import pooler_head, restore_pooler_head
 from stages.modeling.pooling import (
     needs_hidden_states,
@@ -225,12 +225,12 @@ class SentenceEncoder:
         self.device = pick_device(device)
         self.tokenizer = pretrained_tokenizer(self.location, revision, model)
         self.model = self._load_model()
-        longest = max_model_length(self.model, self.tokenizer)
+        longest = max_model_length(self.model.config, self.tokenizer)
         if max_length is not None and max_length > longest:
             # a longer sentence would index past the position embeddings, deep in the forward
             raise EncoderError(
-                f"{model}: max_length {max_length} exceeds the {longest} tokens it takes (the "
-                "least of its max_position_embeddings, its tokenizer's model_max_length and 512)"
+                f"{model}: max_length {max_length} exceeds the {longest} tokens it takes "
+                f"({LIMIT_PARTS})"
             )
         self.max_length = max_length or longest
 

@@ -28,8 +28,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoTokenizer
 
+from stages.modeling.input_length import max_model_length
 from stages.modeling.pooler_head import saved_head_weights
 
 ST_MODULES_FILE = "modules.json"
@@ -39,9 +40,11 @@ _HF_FILES = {"config.json", "model.safetensors", "pytorch_model.bin"}
 
 
 def max_sequence_length(model_dir: Path) -> int:
-    """The evaluation's truncation (512 tokens, like the project's encoder), capped by the model."""
-    config = AutoConfig.from_pretrained(model_dir)
-    return min(512, getattr(config, "max_position_embeddings", 512))
+    """The evaluation's truncation: the project encoder's default, the longest input the model
+    takes."""
+    return max_model_length(
+        AutoConfig.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    )
 
 
 def sentence_transformer_modules(model_dir: Path, pooler: str) -> list[torch.nn.Module]:

@@ -46,7 +46,7 @@ class DevEncoder:
         self.tokenizer = tokenizer
         self.runtime = runtime if precision == "train" else replace(runtime, autocast_dtype=None)
         self.batch_size = batch_size
-        self.max_length = max_model_length(encoder, tokenizer)
+        self.max_length = max_model_length(encoder.config, tokenizer)
         self._cached: tuple[tuple[str, ...], TokenRows, np.ndarray] | None = None
 
     def _tokenized(self, sentences: Sequence[str]) -> tuple[TokenRows, np.ndarray]:

@@ -147,6 +147,9 @@ class RunLog:
     def offset(self) -> int:
         return self.jsonl.offset
 
+    def sync(self) -> None:
+        self.jsonl.sync()
+
     def write(self, records: list[dict[str, Any]]) -> None:
         self.jsonl.write(records)
         self.publish(records)

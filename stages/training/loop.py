@@ -126,6 +126,7 @@ def train(
                     rngs = dist_util.gather_objects(rng_state(runtime.device), ctx)
                     if ctx.is_main:
                         assert log is not None
+                        log.sync()  # a crash must not leave the log shorter than state.pt says
                         state = checkpoint_state(run, progress, rngs, log.offset, elapsed)
                         best = progress.best_weights if progress.best_unsaved else None
                         try:

@@ -23,7 +23,7 @@ from stages.core.errors import StageError
 from stages.modeling.backbone import ModelLoadError, load_backbone, load_tokenizer
 from stages.modeling.cpu_linear import use_onednn_linear
 from stages.modeling.dropout import use_fast_dropout
-from stages.modeling.input_length import max_model_length
+from stages.modeling.input_length import LIMIT_PARTS, max_model_length
 from stages.training import distributed as dist_util
 from stages.training.data import (
     BatchPlan,
@@ -68,6 +68,16 @@ class TrainingParts:
             lambda: load_tokenizer(job.backbone, job.backbone_name), job.backbone_name
         )
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.encoder = load_encoder(job, runtime)
+        longest = max_model_length(self.encoder.config, self.tokenizer)
+        if train.max_seq_length > longest:
+            # longer rows would index past the position embeddings, deep in the forward; checked
+            # before the corpus is tokenised (a minute for wiki1m)
+            raise StageError(
+                f"train.max_seq_length ({train.max_seq_length}) exceeds the {longest} tokens "
+                f"backbone {job.backbone_name} takes ({LIMIT_PARTS}, where every evaluation "
+                f"truncates): set it to {longest} or less"
+            )
         self.corpus = load_corpus(job, self.tokenizer, ctx)
         try:
             lengths = np.diff(self.corpus.offsets) if train.sampling == "by_length" else None
@@ -84,16 +94,6 @@ class TrainingParts:
                 f"update of train.gradient_accumulation_steps = {self.accumulation}"
             )
         self.total_steps = train.max_steps or train.epochs * self.updates_per_epoch
-        self.encoder = load_encoder(job, runtime)
-        longest = max_model_length(self.encoder, self.tokenizer)
-        if train.max_seq_length > longest:
-            # longer rows would index past the position embeddings, deep in the forward
-            raise StageError(
-                f"train.max_seq_length ({train.max_seq_length}) exceeds the {longest} tokens "
-                f"backbone {job.backbone_name} takes (the least of its max_position_embeddings, "
-                f"its tokenizer's model_max_length and 512, where every evaluation truncates): "
-                f"set it to {longest} or less"
-            )
         self.pool = (
             load_triplets(job, self.tokenizer, self.encoder, ctx)
             if job.objective.needs_triplets
@@ -246,7 +246,7 @@ def load_triplets(
         suffix=tuple(suffix),
         batch_size=job.train.triplet_batch_size or job.train.batch_size,
         seed=job.seed,
-        max_length=max_model_length(encoder, tokenizer),
+        max_length=max_model_length(encoder.config, tokenizer),
         world_size=ctx.world_size,
         lines=lines,
         batching=job.train.triplet_batching,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,14 @@ class JsonlLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: TextIO = path.open("a", encoding="utf-8")
         if truncate_at is not None:
+            size = path.stat().st_size
+            if size < truncate_at:  # truncate would pad the log with NUL bytes
+                self._file.close()
+                raise StageError(
+                    f"{path}: {size} bytes, but the checkpoint {latest_checkpoint(path.parent)} "
+                    f"counted {truncate_at}: the log lost its end; delete that checkpoint to "
+                    "train the run from its start"
+                )
             self._file.truncate(truncate_at)
             self._file.seek(truncate_at)
 
@@ -113,6 +122,11 @@ class JsonlLog:
         for record in records:
             self._file.write(json.dumps(record, allow_nan=True) + "\n")
         self._file.flush()
+
+    def sync(self) -> None:
+        """Put the log's bytes on the disk (before a checkpoint that counts them)."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()

@@ -9,7 +9,9 @@ ones are removed only after that, so at every moment at least one complete check
 - ``best.safetensors``: the best weights so far (hard-linked from the previous checkpoint when
   the best has not changed since, so an unchanged best costs nothing to keep).
 
-A run killed at any moment finds either the previous checkpoint or the new one, never a mix.
+A run killed at any moment finds either the previous checkpoint or the new one, never a mix;
+so does one whose machine crashed (``atomic_path`` puts the files on the disk before the
+folder's name, and the loop the log's bytes before the checkpoint that counts them).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from pickle import UnpicklingError
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from stages.core.atomic import atomic_path
@@ -80,8 +84,16 @@ def load_checkpoint(run_dir: Path) -> tuple[dict[str, Any], dict[str, torch.Tens
     folder = latest_checkpoint(run_dir)
     if folder is None:
         return None
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-    best = load_file(folder / BEST_FILE) if (folder / BEST_FILE).is_file() else None
+    try:
+        state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+        best = load_file(folder / BEST_FILE) if (folder / BEST_FILE).is_file() else None
+    except (EOFError, RuntimeError, UnpicklingError, SafetensorError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise StageError(
+            f"{folder}: the checkpoint cannot be read ({reason}): it is damaged (a copy cut "
+            f"short, a disk fault). It is the run's only checkpoint: delete {folder} to train "
+            "the run from its start"
+        ) from None
     return state, best
 
 

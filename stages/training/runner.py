@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 from stages.core import layout
+from stages.core.atomic import sync_folder, sync_tree
 from stages.core.errors import StageError
 from stages.core.params import Params
 from stages.core.run_store import METRICS_FILE, is_complete
@@ -81,7 +82,9 @@ def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
         write_origin(partial, {"origin": "trained", "host": socket.gethostname()})
         if final.exists():  # an unfinished leftover
             shutil.rmtree(final)
+        sync_tree(partial)  # on the disk before its finished name (see stages/core/atomic.py)
         os.replace(partial, final)
+        sync_folder(final.parent)
     return final
 
 

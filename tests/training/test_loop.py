@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -139,6 +140,62 @@ def test_interrupted_run_resumes_to_the_same_result(
     assert [r["step"] for r in log if r["event"] == "train"] == list(range(1, 16))
 
 
+def _cut_to_half(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize(
+    ("damaged", "message"),
+    [
+        ("state.pt", r"checkpoint-5: the checkpoint cannot be read \(PytorchStreamReader"),
+        ("best.safetensors", r"checkpoint-5: the checkpoint cannot be read \(Error while deser"),
+        ("log.jsonl", r"log.jsonl: \d+ bytes, but the checkpoint .*checkpoint-5 counted \d+"),
+    ],
+    ids=["state.pt", "best.safetensors", "log.jsonl"],
+)
+def test_a_damaged_checkpoint_or_log_is_named_and_deleting_it_trains_the_run_afresh(
+    reference: Path,
+    corpus: Path,
+    token_cache: Path,
+    dev_evaluator,
+    tmp_path: Path,
+    damaged: str,
+    message: str,
+) -> None:
+    """A checkpoint cut short failed in torch.load's zip reader, and a log shorter than the
+    checkpoint's count was padded with NUL bytes; both are refused naming the file, and the
+    deletion the message asks for gives the uninterrupted run's result."""
+    out = tmp_path / "run"
+
+    def interrupt_at_second_evaluation(encode):
+        interrupt_at_second_evaluation.calls += 1
+        if interrupt_at_second_evaluation.calls == 2:
+            raise KeyboardInterrupt
+        return dev_evaluator(encode)
+
+    interrupt_at_second_evaluation.calls = 0
+    with pytest.raises(KeyboardInterrupt):
+        train(make_job(corpus, out, token_cache), interrupt_at_second_evaluation)
+    checkpoint = latest_checkpoint(out)
+    _cut_to_half(out / damaged if damaged == "log.jsonl" else checkpoint / damaged)
+
+    with pytest.raises(StageError, match=message) as refused:
+        train(make_job(corpus, out, token_cache), dev_evaluator)
+    assert f"delete {checkpoint}" in str(refused.value) or "delete that checkpoint" in str(
+        refused.value
+    )
+    assert not (out / "metrics.json").exists()
+    assert b"\0" not in (out / "log.jsonl").read_bytes()
+
+    shutil.rmtree(checkpoint)
+    metrics = train(make_job(corpus, out, token_cache), dev_evaluator)
+    first = json.loads((reference / "metrics.json").read_text())
+    assert without_timing(first) == without_timing(metrics)
+    assert_same_weights(reference / "final", out / "final")
+    log = read_log(out / "log.jsonl")
+    assert [r["step"] for r in log if r["event"] == "train"] == list(range(1, 16))
+
+
 def test_best_checkpoint_is_the_best_evaluation(
     corpus: Path, token_cache: Path, tmp_path: Path, tokenizer
 ) -> None:
@@ -175,10 +232,12 @@ def test_non_finite_loss_stops_with_step_objective_and_statistic(
     assert steps == list(range(1, 9))
 
 
-def test_a_max_seq_length_beyond_the_backbones_positions_is_refused_before_any_step(
-    corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path, minilm_path: str
+def test_a_max_seq_length_beyond_the_backbones_positions_is_refused_before_the_corpus_is_read(
+    corpus: Path, dev_evaluator, tmp_path: Path, minilm_path: str
 ) -> None:
-    # Without the check, a corpus row longer than the positions fails deep in the embeddings.
+    # Without the check, a corpus row longer than the positions fails deep in the embeddings
+    # (after the corpus was tokenised: a minute of wiki1m).
+    token_cache = tmp_path / "token-cache"
     folder = tmp_path / "short-positions"
     config = AutoConfig.from_pretrained(minilm_path)
     config.update({"max_position_embeddings": 24, "num_hidden_layers": 1, "hidden_size": 32,
@@ -192,6 +251,7 @@ def test_a_max_seq_length_beyond_the_backbones_positions_is_refused_before_any_s
     with pytest.raises(StageError, match=expected):
         train(job, dev_evaluator)
     assert not (out / "metrics.json").exists() and latest_checkpoint(out) is None
+    assert not token_cache.exists() or not any(token_cache.iterdir())
     fitting = replace(
         job, train=job.train.model_copy(update={"max_seq_length": 24, "max_steps": 1})
     )
