@@ -97,6 +97,14 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
         sync_folder(dest.parent)
 
 
+def rename_durably(src: Path, dest: Path) -> None:
+    """Rename ``src``, a finished file or folder, to ``dest`` so that even a machine crash shows
+    all of it or nothing: its contents reach the disk before the new name, the name after."""
+    sync_tree(src)
+    os.replace(src, dest)
+    sync_folder(dest.parent)
+
+
 def sync_tree(path: Path) -> None:
     """Flush ``path`` to the disk: a file, or a folder with every file and folder under it
     (links are not followed: they point at something already durable or not ours)."""

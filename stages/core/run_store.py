@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.core import layout
-from stages.core.atomic import atomic_path, sync_folder, sync_tree, write_json
+from stages.core.atomic import atomic_path, rename_durably, write_json
 from stages.core.errors import StageError
 from stages.core.evaluations import output_file
 from stages.core.params import Params
@@ -190,9 +190,7 @@ def adopt_legacy_run(params: Params, name: str) -> str:
         staging / CONFIG_FILE,
         {**config, **run.config(), "adopted_from": legacy.name, "code": "unknown"},
     )
-    sync_tree(staging)
-    os.replace(staging, run.run_dir)
-    sync_folder(run.run_dir.parent)
+    rename_durably(staging, run.run_dir)
     return f"{name}: adopted {legacy.name} as {run.run_id} (code unknown; {legacy} is kept)"
 
 

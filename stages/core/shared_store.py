@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from stages.core.atomic import sync_folder, sync_tree, temporary_beside
+from stages.core.atomic import rename_durably, temporary_beside
 from stages.core.data_check import CHUNK, sha256_of
 from stages.core.errors import StageError
 from stages.core.run_lock import RunLocked, held_on_this_host, machine, process_exists
@@ -142,13 +142,11 @@ class SharedStore:
                     )
             write_origin(staging, {"origin": "fetched", "store": self.url,
                                    "published": manifest.get("published")})  # fmt: skip
-            sync_tree(staging)
             try:
-                os.rename(staging, dest)  # fails where dest is a folder holding files
+                rename_durably(staging, dest)  # fails where dest is a folder holding files
             except OSError:
                 if not all((dest / rel).is_file() for rel in manifest["files"]):
                     raise
-            sync_folder(dest.parent)
 
     def publish(self, run_id: str, folder: Path, experiment: str) -> None:
         """Upload a complete local run: its files, then the manifest (the commit point)."""

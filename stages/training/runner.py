@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 from pathlib import Path
 
 from stages.core import layout
-from stages.core.atomic import sync_folder, sync_tree
+from stages.core.atomic import rename_durably
 from stages.core.errors import StageError
 from stages.core.params import Params
 from stages.core.run_store import METRICS_FILE, is_complete
@@ -82,9 +81,7 @@ def train_run(run: Run, params: Params, ctx: Distributed | None = None) -> Path:
         write_origin(partial, {"origin": "trained", "host": socket.gethostname()})
         if final.exists():  # an unfinished leftover
             shutil.rmtree(final)
-        sync_tree(partial)  # on the disk before its finished name (see stages/core/atomic.py)
-        os.replace(partial, final)
-        sync_folder(final.parent)
+        rename_durably(partial, final)
     return final
 
 

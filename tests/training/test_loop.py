@@ -114,21 +114,27 @@ def test_same_run_twice_is_bitwise_identical(
     assert losses(reference) == losses(again)
 
 
+def interrupt_at_second_evaluation(job, dev_evaluator) -> None:
+    """Train ``job`` until its second dev evaluation, which is interrupted (Ctrl-C)."""
+    calls = 0
+
+    def evaluate(encode):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise KeyboardInterrupt
+        return dev_evaluator(encode)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(job, evaluate)
+
+
 @pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_result(
     reference: Path, corpus: Path, token_cache: Path, dev_evaluator, tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
-
-    def interrupt_at_second_evaluation(encode):
-        interrupt_at_second_evaluation.calls += 1
-        if interrupt_at_second_evaluation.calls == 2:
-            raise KeyboardInterrupt
-        return dev_evaluator(encode)
-
-    interrupt_at_second_evaluation.calls = 0
-    with pytest.raises(KeyboardInterrupt):
-        train(make_job(corpus, out, token_cache), interrupt_at_second_evaluation)
+    interrupt_at_second_evaluation(make_job(corpus, out, token_cache), dev_evaluator)
     assert latest_checkpoint(out).name == "checkpoint-5"
     metrics = train(make_job(corpus, out, token_cache), dev_evaluator)
     first = json.loads((reference / "metrics.json").read_text())
@@ -166,16 +172,7 @@ def test_a_damaged_checkpoint_or_log_is_named_and_deleting_it_trains_the_run_afr
     checkpoint's count was padded with NUL bytes; both are refused naming the file, and the
     deletion the message asks for gives the uninterrupted run's result."""
     out = tmp_path / "run"
-
-    def interrupt_at_second_evaluation(encode):
-        interrupt_at_second_evaluation.calls += 1
-        if interrupt_at_second_evaluation.calls == 2:
-            raise KeyboardInterrupt
-        return dev_evaluator(encode)
-
-    interrupt_at_second_evaluation.calls = 0
-    with pytest.raises(KeyboardInterrupt):
-        train(make_job(corpus, out, token_cache), interrupt_at_second_evaluation)
+    interrupt_at_second_evaluation(make_job(corpus, out, token_cache), dev_evaluator)
     checkpoint = latest_checkpoint(out)
     _cut_to_half(out / damaged if damaged == "log.jsonl" else checkpoint / damaged)
 
@@ -464,16 +461,7 @@ def test_accumulated_run_resumes_to_the_same_result(
     whole = tmp_path / "whole"
     train(make_job(corpus, whole, token_cache, **settings), dev_evaluator)
     out = tmp_path / "run"
-
-    def interrupt_at_second_evaluation(encode):
-        interrupt_at_second_evaluation.calls += 1
-        if interrupt_at_second_evaluation.calls == 2:
-            raise KeyboardInterrupt
-        return dev_evaluator(encode)
-
-    interrupt_at_second_evaluation.calls = 0
-    with pytest.raises(KeyboardInterrupt):
-        train(make_job(corpus, out, token_cache, **settings), interrupt_at_second_evaluation)
+    interrupt_at_second_evaluation(make_job(corpus, out, token_cache, **settings), dev_evaluator)
     metrics = train(make_job(corpus, out, token_cache, **settings), dev_evaluator)
     assert without_timing(json.loads((whole / "metrics.json").read_text())) == without_timing(
         metrics
