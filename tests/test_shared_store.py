@@ -385,3 +385,34 @@ def test_a_store_url_of_an_unsupported_scheme_is_refused_naming_the_supported_on
         StoreError, match=r"^runs store ftp://x: unsupported scheme 'ftp://'; use a"
     ):
         SharedStore("ftp://x")
+
+
+def test_a_store_on_this_machine_has_every_file_on_the_disk_before_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest is the commit point: written while the files were still in the page cache,
+    a crash could leave a complete-looking run of empty files in the store (a fetch would then
+    refuse it as damaged; another workspace could not use it until `runs gc`)."""
+    store = SharedStore(str(tmp_path / "store"))
+    source = tmp_path / "trained" / "0123456789abcdef"
+    complete_run(source, EXPERIMENT)
+    events: list[str] = []
+    real_fsync, real_pipe = os.fsync, store.fs.pipe_file
+
+    def fsync(fd: int) -> None:
+        events.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def pipe_file(path: str, data: bytes, **kwargs) -> None:
+        events.append(f"manifest written: {path}")
+        real_pipe(path, data, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(store.fs, "pipe_file", pipe_file)
+    store.publish(source.name, source, EXPERIMENT)
+
+    stored = tmp_path / "store" / source.name
+    committed = events.index(f"manifest written: {stored / MANIFEST}")
+    assert {str(stored / rel) for rel in RUN_FILES} <= set(events[:committed])
+    assert set(events[committed + 1 :]) == {str(stored / MANIFEST), str(stored)}
+    assert store.verify(source.name) == []

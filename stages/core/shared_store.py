@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from stages.core.atomic import rename_durably, temporary_beside
+from stages.core.atomic import rename_durably, sync_folder, sync_tree, temporary_beside
 from stages.core.data_check import CHUNK, sha256_of
 from stages.core.errors import StageError
 from stages.core.run_lock import RunLocked, held_on_this_host, machine, process_exists
@@ -158,7 +158,19 @@ class SharedStore:
             self.fs.put_file(str(path), self._path(run_id, rel))
         manifest = {"run_id": run_id, "experiment": experiment, "files": files,
                     "published": time.time(), "host": socket.gethostname()}  # fmt: skip
+        if self.on_this_machine:  # the files on the disk before the commit point (a crash)
+            sync_tree(Path(self._path(run_id)))
         self.fs.pipe_file(self._path(run_id, MANIFEST), json.dumps(manifest, indent=1).encode())
+        if self.on_this_machine:
+            sync_tree(Path(self._path(run_id, MANIFEST)))
+            sync_folder(Path(self._path(run_id)))
+
+    @property
+    def on_this_machine(self) -> bool:
+        """Whether the store is a path of this machine's filesystems (a local disk, an NFS
+        mount), whose writes sit in the page cache until flushed; a remote store's server
+        decides its own durability."""
+        return "file" in tuple(self.fs.protocol)
 
     def verify(self, run_id: str) -> list[str]:
         """Problems of the store's copy of a run (rehashing every file); [] when intact."""
