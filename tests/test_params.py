@@ -260,6 +260,16 @@ BAD_PARAMS = [
         ["store.url: unsupported scheme 'ftp://'; use a path or one of file://, s3://"],
     ),
     (
+        "CUDA graphs with the unpadded forward",
+        set_key("train.compile", "reduce-overhead"),
+        ["train: compile: reduce-overhead replays CUDA graphs", "set unpad: false"],
+    ),
+    (
+        "an unknown compile mode",
+        set_key("train.compile", "max-autotune"),
+        ["train.compile", "False, True or 'reduce-overhead'", "'max-autotune'"],
+    ),
+    (
         "readings not a list of strings",
         set_key("methods.simcse.readings", [{"tau": "0.05"}]),
         ["methods.simcse.readings.0", "valid string"],
@@ -297,6 +307,13 @@ def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ParamsError) as err:
         parse_params(edited(several))
     assert str(err.value).count("\n  - ") == 3
+
+
+def test_cuda_graphs_are_accepted_with_the_padded_forward() -> None:
+    def padded_cuda_graphs(raw: dict[str, Any]) -> None:
+        raw["train"].update({"compile": "reduce-overhead", "unpad": False})
+
+    assert parse_params(edited(padded_cuda_graphs)).train.compile == "reduce-overhead"
 
 
 def test_default_params_are_valid() -> None:

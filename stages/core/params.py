@@ -166,7 +166,12 @@ class TrainParams(Section):
         "auto", description="auto: bf16 autocast on GPU, fp32 on CPU; objectives always in fp32"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    compile: bool = False
+    compile: Literal[False, True, "reduce-overhead"] = Field(
+        False,
+        description="true: the training forward under torch.compile(dynamic=True); "
+        "reduce-overhead: also replayed as CUDA graphs, one launch for a step's kernels "
+        "(on a GPU; needs unpad: false)",
+    )
     unpad: bool = Field(
         True,
         description="encoders with a packed forward (BERT, RoBERTa, XLM-R, DistilBERT, MPNet) "
@@ -212,6 +217,16 @@ class TrainParams(Section):
         ("dvclive",),
         description="live metrics (stages/training/live.py); wandb only if installed",
     )
+
+    @model_validator(mode="after")
+    def _cuda_graphs_need_fixed_shapes(self) -> Self:
+        if self.compile == "reduce-overhead" and self.unpad:
+            raise ValueError(
+                "compile: reduce-overhead replays CUDA graphs recorded for fixed tensor "
+                "shapes, and the unpadded forward's token count changes every step (a graph "
+                "recorded per step); set unpad: false with it"
+            )
+        return self
 
 
 class IdentityParams(Section):

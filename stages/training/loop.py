@@ -57,7 +57,9 @@ def train(
     """Train (or resume) the run in ``job.out_dir``; return its metrics (also in metrics.json)."""
     ctx = ctx or Distributed()
     settings = job.train
-    runtime = resolve_runtime(settings.device, settings.precision, ctx.local_rank, settings.compile)
+    runtime = resolve_runtime(
+        settings.device, settings.precision, ctx.local_rank, bool(settings.compile)
+    )
     with dist_util.process_group(ctx, runtime.device), runtime.fp32_matmuls():
         # Set up: corpus, batch plan, encoder, AdamW, schedule, dev encoder (parts.py).
         run = _Training(job, evaluate_dev, ctx, runtime)

@@ -117,7 +117,10 @@ class TrainingParts:
             device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
             self.forward = DistributedDataParallel(self.model, device_ids=device_ids)
         if train.compile:
-            self.forward = torch.compile(self.forward, dynamic=True)  # type: ignore[assignment]
+            mode = "reduce-overhead" if train.compile == "reduce-overhead" else None
+            self.forward = torch.compile(  # type: ignore[assignment]
+                self.forward, dynamic=True, mode=mode
+            )
 
         self.dev_encoder = DevEncoder(
             self.encoder,

@@ -1,4 +1,5 @@
-"""``train.compile``: the training forward under ``torch.compile(dynamic=True)``.
+"""``train.compile``: the training forward under ``torch.compile(dynamic=True)``, with
+``reduce-overhead`` replayed as CUDA graphs.
 
 On a GPU it failed twice on torch 2.11 (dynamo in the unpadded forward's dropout arithmetic,
 since removed), and no test compiled it: here the real backend (inductor, C++ on the CPU)
@@ -8,7 +9,9 @@ recompile the forward each time."""
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -18,9 +21,8 @@ from stages.core.run_store import read_log
 from stages.modeling import unpadded
 from stages.training.loop import train
 
-pytestmark = pytest.mark.slow  # inductor compiles C++ kernels: ~15-25 s a run on two cores
 
-
+@pytest.mark.slow  # inductor compiles C++ kernels: ~15-25 s a run on two cores
 @pytest.mark.parametrize(
     ("unpad", "gpu_way"),
     [(True, False), (True, True), (False, False)],
@@ -56,3 +58,28 @@ def job_initial_weights(job) -> dict[str, torch.Tensor]:
     from stages.modeling.backbone import load_backbone
 
     return load_backbone(job.backbone, seed=job.seed).state_dict()
+
+
+@pytest.mark.parametrize(
+    ("setting", "mode"), [(True, None), ("reduce-overhead", "reduce-overhead")]
+)
+def test_the_compile_setting_reaches_torch_compile(
+    setting: Any, mode: str | None, corpus, token_cache, dev_evaluator, tmp_path, monkeypatch
+) -> None:
+    """CUDA graphs cannot be recorded on the CPU: what is checked here is the call (the
+    training forward, dynamic shapes, the mode) and the record of it; the H100 runs of
+    ``benchmarks/train_gpu.py --compile-mode reduce-overhead`` are in docs/training.md."""
+    calls: list[dict[str, Any]] = []
+
+    def record(module, **options):
+        calls.append(options)
+        return module
+
+    monkeypatch.setattr(torch, "compile", record)
+    out = tmp_path / "run"
+    job = make_job(
+        corpus, out, token_cache, unpad=False, max_steps=2, eval_steps=2, compile=setting
+    )
+    train(job, dev_evaluator)
+    assert calls == [{"dynamic": True, "mode": mode}]
+    assert json.loads((out / "config.json").read_text())["execution"]["compile"] == setting
