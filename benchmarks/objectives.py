@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils import benchmark
 
-from stages.core.atomic import write_json
+from stages.core.storage.atomic import write_json
 from stages.objectives.registry import all_loss_classes
 
 SIZES = (64, 512)

@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
-from stages.core.atomic import write_json
-from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
-from stages.core.evaluations import SENTEVAL_TASKS as TASKS
-from stages.core.evaluations import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS as STS_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_TASKS as TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
+from stages.core.storage.atomic import write_json
 from stages.modeling.encoder import SentenceEncoder
 from stages.senteval_protocol.cache import EmbeddingCache
-from stages.senteval_protocol.evaluate import evaluate
+from stages.senteval_protocol.protocol import evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 # The real SentEval's scores (SimCSE's copy, as its evaluation.py runs it) with the same encoder.

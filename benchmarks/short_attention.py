@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
-from stages.core.atomic import write_json
+from stages.core.storage.atomic import write_json
 from stages.modeling.batched_attention import batched_attention
 from stages.modeling.unpadded import SHORT_CPU_LENGTH
 

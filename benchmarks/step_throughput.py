@@ -1,13 +1,13 @@
-"""Calibrate stages/core/estimates.py: measured seconds per SimCSE training step on this machine.
+"""Calibrate stages/core/planning/estimates.py: measured seconds per SimCSE training step on this
+machine.
 
     python -m benchmarks.step_throughput [--device cpu|cuda] [--steps 10]
 
-Times full training steps (two dropout views through a randomly initialised BERT encoder,
-InfoNCE, backward, AdamW) for several encoder sizes, then fits the cost model of
-stages/core/estimates.py, seconds = overhead + FLOPs / rate, by least squares. The fitted rate and
-per-step overhead are what a ``Hardware`` entry holds; the per-size rows show how well the
-model fits. Writes benchmarks/results/step_throughput_<device>.json.
-"""
+Times full training steps (two dropout views through a randomly initialised BERT encoder, InfoNCE,
+backward, AdamW) for several encoder sizes, then fits the cost model of
+stages/core/planning/estimates.py, seconds = overhead + FLOPs / rate, by least squares. The fitted
+rate and per-step overhead are what a ``Hardware`` entry holds; the per-size rows show how well the
+model fits. Writes benchmarks/results/step_throughput_<device>.json."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import torch
 import transformers
 from transformers import BertConfig, BertModel
 
-from stages.core.estimates import Architecture, train_step_flops
+from stages.core.planning.estimates import Architecture, train_step_flops
 from stages.objectives.infonce import InfoNCE
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -52,13 +52,13 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from stages.core.params import BackboneParams, TrainParams  # noqa: E402
-from stages.core.temperature_settings import TemperatureSchedule  # noqa: E402
+from stages.core.schema.params import BackboneParams, TrainParams  # noqa: E402
+from stages.core.schema.temperature_settings import TemperatureSchedule  # noqa: E402
 from stages.objectives.infonce import InfoNCE  # noqa: E402
+from stages.training import contrastive_model as training_model  # noqa: E402
 from stages.training import loop  # noqa: E402
-from stages.training import model as training_model  # noqa: E402
 from stages.training.data import read_corpus  # noqa: E402
-from stages.training.runner import stsb_dev_evaluator  # noqa: E402
+from stages.training.run_folder import stsb_dev_evaluator  # noqa: E402
 
 BATCH = 64
 MAX_LENGTH = 32

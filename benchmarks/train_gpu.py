@@ -66,14 +66,14 @@ from benchmarks.train_cpu import (  # noqa: E402
     steady_step_seconds,
     timed_steps,
 )
-from stages.core.params import BackboneParams, RandomInit, TrainParams  # noqa: E402
-from stages.core.run_store import LOG_FILE  # noqa: E402
-from stages.core.temperature_settings import TemperatureSchedule  # noqa: E402
+from stages.core.schema.params import BackboneParams, RandomInit, TrainParams  # noqa: E402
+from stages.core.schema.temperature_settings import TemperatureSchedule  # noqa: E402
+from stages.core.storage.run_folders import LOG_FILE  # noqa: E402
 from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
 from stages.objectives.infonce import InfoNCE  # noqa: E402
 from stages.training import loop  # noqa: E402
 from stages.training.data import BatchPlan, load_tokenized_corpus, read_corpus  # noqa: E402
-from stages.training.runner import stsb_dev_evaluator  # noqa: E402
+from stages.training.run_folder import stsb_dev_evaluator  # noqa: E402
 
 BERT_BASE = RandomInit(
     hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072

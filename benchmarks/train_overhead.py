@@ -58,7 +58,7 @@ from benchmarks.train_cpu import (  # noqa: E402
     run_peer,
     steady_step_seconds,
 )
-from stages.core.params import BackboneParams, RandomInit  # noqa: E402
+from stages.core.schema.params import BackboneParams, RandomInit  # noqa: E402
 from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
 
 TINY = RandomInit(

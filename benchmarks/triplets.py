@@ -27,9 +27,9 @@ import polars as pl
 import tokenizers
 import yaml
 
-from stages.core.params import TripletsParams, load_params
-from stages.triplet_file import write_triplets
-from stages.triplet_masking import MaskingTokenizer, generate_triplets, split_lines
+from stages.core.schema.params import TripletsParams, load_params
+from stages.masked_triplets.file_format import write_triplets
+from stages.masked_triplets.masking import MaskingTokenizer, generate_triplets, split_lines
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "triplets.json"

@@ -25,9 +25,9 @@ import torch
 from torch.utils import benchmark
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from stages.core.atomic import write_json
+from stages.core.storage.atomic import write_json
 from stages.modeling.backbone_adapters import ADAPTERS
-from stages.training.model import ContrastiveModel
+from stages.training.contrastive_model import ContrastiveModel
 
 SIZES = {"hidden_size": 384, "num_hidden_layers": 4, "num_attention_heads": 6}
 FFN = 1536

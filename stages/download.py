@@ -1,4 +1,5 @@
-"""Stage ``download``: put a dataset of ``stages/core/data_manifest.yaml`` in the data folder.
+"""Stage ``download``: put a dataset of ``stages/core/schema/data_manifest.yaml`` in the data
+folder.
 
     python -m stages.download {corpus,senteval,sts_raw} [--params params.yaml] [--dest data]
 
@@ -31,12 +32,12 @@ import requests
 import urllib3
 from tqdm import tqdm
 
-from stages.cli import parser, run
-from stages.core.atomic import atomic_path, write_json
-from stages.core.data_check import sha256_of
-from stages.core.data_manifest import DataFile, Dataset, RemoteSource, load_manifest
+from stages.core.cli import parser, run
 from stages.core.errors import StageError
-from stages.core.params import load_params
+from stages.core.schema.data_manifest import DataFile, Dataset, RemoteSource, load_manifest
+from stages.core.schema.params import load_params
+from stages.core.storage.atomic import atomic_path, write_json
+from stages.core.storage.hashing import sha256_of
 
 LOCK_FILE = "download-lock.json"  # in the data folder: sha256 of archives recorded at first use
 CACHE_DIR = ".downloads"  # in the data folder: downloads in progress (*.part) and awaiting checks

@@ -14,18 +14,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stages.analyses import figures
-from stages.cli import parser, run
-from stages.core import layout
-from stages.core.atomic import atomic_path, write_json
-from stages.core.jobs import stage_fingerprint
-from stages.core.params import FiguresParams, load_params
+from stages.core.cli import parser, run
+from stages.core.planning.jobs import stage_fingerprint
+from stages.core.schema.params import FiguresParams, load_params
+from stages.core.storage import layout
+from stages.core.storage.atomic import atomic_path, write_json
 
 DEFAULT_OUT = layout.analyses_dir()
 
 
 def write_figures(params: FiguresParams, out: Path, job_fingerprint: str) -> list[str]:
     """Compute and render every figure into ``out``; returns the figure names. ``index.json``
-    records ``job_fingerprint`` (``stages.core.jobs.stage_fingerprint``)."""
+    records ``job_fingerprint`` (``stages.core.planning.jobs.stage_fingerprint``)."""
     entries = []
     with atomic_path(out) as tmp:
         tmp.mkdir()

@@ -3,16 +3,16 @@
     python -m stages.report [--params params.yaml]
 
 Reads experiments/<name>/train.json, each planned evaluation's <evaluation>.json
-(stages/core/evaluations.py) and the curves beside them for every planned experiment and
-baseline (what is missing is marked, never an error) and writes reports/results/ as a whole (a
-temporary folder renamed into place): results.parquet and results.csv (one row per experiment x
-task x metric), summary.csv (mean ± std over seeds),
-significance.csv, comparison.csv (the summary: each method against report.baseline_method on
-STS avg and transfer avg, difference with 95% interval and p), report.md and report.html
-(self-contained: the summary table and forest plot first, then the figures, then the detail
-tables in collapsible <details>: the runs, the tables each planned evaluation declares, the
-papers' tables, significance), figures/*.png; then
-reports/metrics.json, a flat summary for `dvc metrics show`. docs/report.md explains it all.
+(``stages.core.schema.evaluation_settings``) and the curves beside them for every planned
+experiment and baseline (what is missing is marked, never an error) and writes reports/results/ as
+a whole (a temporary folder renamed into place): results.parquet and results.csv (one row per
+experiment x task x metric), summary.csv (mean ± std over seeds), significance.csv, comparison.csv
+(the summary: each method against report.baseline_method on STS avg and transfer avg, difference
+with 95% interval and p), report.md and report.html (self-contained: the summary table and forest
+plot first, then the figures, then the detail tables in collapsible <details>: the runs, the tables
+each planned evaluation declares, the papers' tables, significance), figures/*.png; then
+reports/metrics.json, a flat summary for `dvc metrics show`.
+docs/report.md explains it all.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from typing import Any
 
 import polars as pl
 
-from stages import cli
-from stages.core import layout
-from stages.core.atomic import atomic_path, write_json
-from stages.core.evaluations import EVALUATIONS
-from stages.core.jobs import stage_fingerprint
-from stages.core.params import Params, load_params
+from stages.core import cli
+from stages.core.planning.jobs import stage_fingerprint
+from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.core.schema.params import Params, load_params
+from stages.core.storage import layout
+from stages.core.storage.atomic import atomic_path, write_json
 from stages.reference import published
-from stages.reporting import figures as fig
+from stages.reporting import plots as fig
 from stages.reporting.collect import Collected, collect, stsb_dev_angles
 from stages.reporting.comparison import compare, comparison_table
 from stages.reporting.forest import forest_plot
@@ -70,8 +70,8 @@ def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) ->
 
 
 def evaluation_tables(params: Params, summary: pl.DataFrame, collected: Collected) -> list[Table]:
-    """The tables the planned evaluations declare (stages/core/evaluations.py), in their order;
-    a table that names no tasks gets one column per task its evaluation reported."""
+    """The tables the planned evaluations declare (stages/core/schema/evaluation_settings.py), in
+    their order; a table that names no tasks gets one column per task its evaluation reported."""
     tables, results = [], collected.results
     for name in params.planned_evaluations():
         for table in EVALUATIONS[name].tables:

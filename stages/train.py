@@ -20,18 +20,24 @@ from typing import Any
 
 import polars as pl
 
-from stages import cli
-from stages.cli import parser
-from stages.core import layout
-from stages.core.atomic import remove_temporaries, write_json, write_text
-from stages.core.cpu_guard import cpu_guard
-from stages.core.data_check import verify_workspace_data
+from stages.core import cli
+from stages.core.cli import parser
 from stages.core.errors import StageError
-from stages.core.params import Params, load_params
-from stages.core.run_lock import run_lock
-from stages.core.run_store import LOG_FILE, METRICS_FILE, is_complete, read_config, read_log
-from stages.core.runs import STSB_DEV, Run, planned_run
-from stages.core.shared_store import SharedStore, read_origin, store_url
+from stages.core.identity.experiments import STSB_DEV, Run, planned_run
+from stages.core.planning.cpu_guard import cpu_guard
+from stages.core.schema.data_check import verify_workspace_data
+from stages.core.schema.params import Params, load_params
+from stages.core.storage import layout
+from stages.core.storage.atomic import remove_temporaries, write_json, write_text
+from stages.core.storage.run_folders import (
+    LOG_FILE,
+    METRICS_FILE,
+    is_complete,
+    read_config,
+    read_log,
+)
+from stages.core.storage.run_lock import run_lock
+from stages.core.storage.shared_store import SharedStore, read_origin, store_url
 
 
 def pointer(run: Run) -> dict[str, Any]:
@@ -119,7 +125,7 @@ def obtain(
     if stop:
         raise StageError(stop)
     verify_workspace_data(run.corpus, layout.DATA / STSB_DEV, params_file=params_file)
-    from stages.training.runner import train_run  # torch: only when there is work to do
+    from stages.training.run_folder import train_run  # torch: only when there is work to do
 
     if not main_process:
         train_run(run, params)
@@ -146,14 +152,14 @@ def obtain(
                 # a rerun finds the run complete here and does not publish it again
                 stop.add_note(
                     f"run {run.run_id} ({run.name}) is complete here but not in the shared "
-                    "store: `python -m stages.runs push` publishes it"
+                    "store: `python -m stages.commands.store push` publishes it"
                 )
                 raise
 
 
 def _resumption(run: Run) -> str:
     """What an interrupted training run leaves for its rerun."""
-    from stages.training.resume import latest_checkpoint
+    from stages.training.checkpoints import latest_checkpoint
 
     if (run.partial_dir / METRICS_FILE).is_file():  # trained; the final rename was cut short
         return f"run {run.run_id} ({run.name}) finished training: a rerun completes it"

@@ -3,11 +3,10 @@
     python -m stages.triplets --corpus PATH --backbone KEY --output PATH [--params params.yaml]
 
 writes the triplets at ``--output`` (columns and dtypes: ``TRIPLETS_SCHEMA``; the procedure:
-``stages.triplet_masking``) and their counts as JSON next to it (``stats_path``). The trainer
-reads the file with ``read_triplets``, which checks the contract. The triplets' id
-(``stages.core.runs.triplets_id``) covers everything that determines their bytes, the masking
-code included.
-"""
+``stages.masked_triplets.masking``) and their counts as JSON next to it (``stats_path``). The
+trainer reads the file with ``read_triplets``, which checks the contract. The triplets' id
+(``stages.core.identity.experiments.triplets_id``) covers everything that determines their bytes,
+the masking code included."""
 
 from __future__ import annotations
 
@@ -19,20 +18,20 @@ from typing import Any
 
 import polars as pl
 
-from stages.cli import parser, run
-from stages.core.atomic import write_json
-from stages.core.data_check import verify_workspace_data
+from stages.core.cli import parser, run
 from stages.core.errors import StageError
-from stages.core.params import TripletsParams, load_params
-from stages.modeling.backbone import ModelLoadError, load_tokenizer
-from stages.triplet_file import write_triplets
-from stages.triplet_masking import (
+from stages.core.schema.data_check import verify_workspace_data
+from stages.core.schema.params import TripletsParams, load_params
+from stages.core.storage.atomic import write_json
+from stages.masked_triplets.file_format import write_triplets
+from stages.masked_triplets.masking import (
     MaskingTokenizer,
     TripletCounts,
     TripletsError,
     generate_triplets,
     split_lines,
 )
+from stages.modeling.backbone import ModelLoadError, load_tokenizer
 
 # The file layout's version, recorded in the stats (the procedure is covered by the code identity).
 FORMAT_VERSION = 1

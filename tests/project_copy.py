@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from stages.core.jobs import CODE_STAGE, build_jobs, dvc_yaml
-from stages.core.params import load_params
+from stages.core.planning.jobs import CODE_STAGE, build_jobs, dvc_yaml
+from stages.core.schema.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = ("Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore")

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import grimp
 
-from stages.core.evaluations import EVALUATIONS
+from stages.core.schema.evaluation_settings import EVALUATIONS
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "datasets", "mteb", "numpy", "polars", "scipy", "sklearn")
 CORE_ENTRY_POINTS = (
-    "stages.core.params", "stages.core.runs", "stages.core.jobs", "stages.core.estimates",
-    "stages.core.run_store", "stages.core.code_identity", "stages.core.environment",
-    "stages.core.errors", "stages.core.layout", "stages.pipeline", "stages.estimates",
+    "stages.core.schema.params", "stages.core.identity.experiments", "stages.core.planning.jobs",
+    "stages.core.planning.estimates", "stages.core.planning.status", "stages.core.identity.code",
+    "stages.core.identity.environment", "stages.core.errors", "stages.core.storage.layout",
+    "stages.commands.pipeline", "stages.commands.estimates",
 )  # fmt: skip
 
 
@@ -27,10 +28,10 @@ def test_the_core_imports_no_heavy_package() -> None:
     script = (
         "import sys, json\n"
         + "".join(f"import {m}\n" for m in CORE_ENTRY_POINTS)
-        + "from stages.core.params import load_params\n"
-        "from stages.core.jobs import build_jobs\n"
-        "from stages.core.estimates import dry_run\n"
-        "from stages.core.run_store import status_rows\n"
+        + "from stages.core.schema.params import load_params\n"
+        "from stages.core.planning.jobs import build_jobs\n"
+        "from stages.core.planning.estimates import dry_run\n"
+        "from stages.core.planning.status import status_rows\n"
         "for f in ('params.yaml', 'presets/smoke.yaml', 'presets/simace.yaml'):\n"
         "    p = load_params(f); build_jobs(p, f); dry_run(p, f); status_rows(p)\n"
         f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
@@ -65,7 +66,7 @@ def test_no_import_cycles_in_stages() -> None:
 
 STAGE_ENTRY_POINTS = (
     "stages.train", *(evaluation.module for evaluation in EVALUATIONS.values()),
-    "stages.evaluation_stage",
+    "stages.evaluations.results",
 )  # fmt: skip
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from stages.core import atomic
-from stages.core.atomic import FOREIGN_STALE_S, HOST_TAG, write_text
+from stages.core.storage import atomic
+from stages.core.storage.atomic import FOREIGN_STALE_S, HOST_TAG, write_text
 
 REPO = Path(__file__).resolve().parents[1]
 KILLED_WRITER = """
 import os, signal, sys
-from stages.core.atomic import atomic_path
+from stages.core.storage.atomic import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     tmp.write_text("half")
     os.kill(os.getpid(), signal.SIGKILL)
@@ -77,7 +77,7 @@ def test_another_machines_temporary_goes_once_nothing_in_it_changed_for_a_week(
 
 FOLDER_WRITER = """
 import sys
-from stages.core.atomic import atomic_path
+from stages.core.storage.atomic import atomic_path
 for i in range(int(sys.argv[2])):
     with atomic_path(sys.argv[1]) as tmp:
         tmp.mkdir()

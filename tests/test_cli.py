@@ -1,4 +1,4 @@
-"""The stage processes' clean failures (stages.cli.run)."""
+"""The stage processes' clean failures (stages.core.cli.run)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from stages import cli
-from stages.core.atomic import HOST_TAG, atomic_path, destination_of, write_json
+from stages.core import cli
+from stages.core.storage.atomic import HOST_TAG, atomic_path, destination_of, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,8 +244,8 @@ def test_an_interrupted_training_run_is_told_what_its_rerun_does(tmp_path: Path)
 
 
 def test_commands_quote_a_params_path_for_the_shell() -> None:
-    from stages.core.data_check import restore_command
-    from stages.core.layout import params_flag
+    from stages.core.schema.data_check import restore_command
+    from stages.core.storage.layout import params_flag
 
     assert params_flag("params.yaml") == "" and params_flag(None) == ""
     assert params_flag("presets/smoke.yaml") == " --params presets/smoke.yaml"
@@ -258,9 +258,9 @@ def test_commands_quote_a_params_path_for_the_shell() -> None:
 @pytest.mark.parametrize(
     ("stage", "flag", "value", "problem"),
     [
-        ("stages.evaluate_senteval", "--max-length", "0", "must be at least 1 (got 0)"),
-        ("stages.evaluate_senteval", "--batch-size", "-2", "must be at least 1 (got -2)"),
-        ("stages.evaluate_mteb", "--batch-size", "0", "must be at least 1 (got 0)"),
+        ("stages.evaluations.senteval", "--max-length", "0", "must be at least 1 (got 0)"),
+        ("stages.evaluations.senteval", "--batch-size", "-2", "must be at least 1 (got -2)"),
+        ("stages.evaluations.mteb", "--batch-size", "0", "must be at least 1 (got 0)"),
         ("stages.evaluations.sts_tsv", "--max-length", "1e3", "not an integer: '1e3'"),
     ],
 )

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from stages.core import code_identity
-from stages.core.code_identity import code_files, source_fingerprint
-from stages.core.evaluations import EVALUATIONS
-from stages.core.params import load_params
-from stages.core.runs import REPORT_CODE, plan_runs
+from stages.core.identity import code as code_identity
+from stages.core.identity.code import code_files, source_fingerprint
+from stages.core.identity.experiments import REPORT_CODE, plan_runs
+from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.core.schema.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 SIMACE = REPO / "stages" / "objectives" / "simace.py"
@@ -52,7 +52,7 @@ def test_a_run_covers_its_own_loss_and_no_other() -> None:
     assert "stages/objectives/simace.py" not in simcse
     assert "stages/objectives/unified_gradient.py" not in simace | simcse
     # the training machinery and checkpoint selection are in every run
-    assert {"stages/training/loop.py", "stages/senteval_protocol/dev.py"} <= simace & simcse
+    assert {"stages/training/loop.py", "stages/senteval_protocol/stsb_dev.py"} <= simace & simcse
     assert not any(f.startswith("stages/core/") for f in simace)
 
 
@@ -87,20 +87,20 @@ def test_the_senteval_protocol_is_evaluation_code_not_training_code() -> None:
     )
     senteval = set(code_files(EVALUATIONS["senteval"].code_modules))
     protocol = "stages/senteval_protocol"
-    evaluation_only = {f"{protocol}/{m}.py" for m in ("classifier", "evaluate", "transfer")}
+    evaluation_only = {f"{protocol}/{m}.py" for m in ("classifier", "protocol", "transfer")}
     assert evaluation_only <= senteval and not evaluation_only & train
 
 
 def test_imports_inside_functions_are_followed() -> None:
     # stages.train imports the training machinery only when there is a run to train
-    assert "stages.training.runner" in code_identity.import_closure(["stages.train"])
+    assert "stages.training.run_folder" in code_identity.import_closure(["stages.train"])
 
 
 def test_the_environment_switch_puts_torch_and_transformers_versions_in_every_id() -> None:
     import yaml
 
-    from stages.core.environment import major_minor, software
-    from stages.core.params import parse_params
+    from stages.core.identity.environment import major_minor, software
+    from stages.core.schema.params import parse_params
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     recorded = plan_runs(parse_params(raw))
@@ -118,8 +118,8 @@ def test_mteb_task_sets_are_code_of_the_mteb_evaluation_only() -> None:
     mteb = set(code_files(EVALUATIONS["mteb"].code_modules))
     senteval = set(code_files(EVALUATIONS["senteval"].code_modules))
     train = set(code_files(["stages.train"]))
-    assert "stages/core/mteb_task_sets.py" in mteb
-    assert "stages/core/mteb_task_sets.py" not in senteval | train
+    assert "stages/core/schema/mteb_task_sets.py" in mteb
+    assert "stages/core/schema/mteb_task_sets.py" not in senteval | train
 
 
 def test_what_the_core_derives_from_an_objectives_settings_is_in_its_runs_id(
@@ -128,7 +128,7 @@ def test_what_the_core_derives_from_an_objectives_settings_is_in_its_runs_id(
     """The core is outside code identity, so its derivations (paper 002's ``modified``, which
     objectives read a temperature) enter run ids as values: editing one changes the ids of the
     runs whose behaviour it changes, and no other run's."""
-    from stages.core.objective_settings import AlignMHESettings
+    from stages.core.schema.objective_settings import AlignMHESettings
 
     params = load_params(REPO / "presets" / "unified_gradient.yaml")
     before = {name: run.run_id for name, run in plan_runs(params).items()}

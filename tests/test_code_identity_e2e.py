@@ -21,7 +21,7 @@ from test_end_to_end import SMOKE, ci_sized, dvc_repro, run, snakemake
 
 EXPERIMENTS = ("simcse.tiny-bert.s42", "simace.tiny-bert.s42")
 SIMACE = Path("stages/objectives/simace.py")
-CLASSIFIER = Path("stages/senteval_protocol/evaluate.py")
+CLASSIFIER = Path("stages/senteval_protocol/protocol.py")
 PUBLISHED = Path("stages/reference/published.csv")
 
 pytestmark = pytest.mark.e2e  # orchestrator runs: the e2e tier

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from project_copy import project_copy
 
-from stages.core import cpu_guard
-from stages.core.params import load_params, parse_params
+from stages.core.planning import cpu_guard
+from stages.core.schema.params import load_params, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}

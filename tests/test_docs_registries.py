@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.objective_settings import SETTINGS_BY_NAME
+from stages.core.schema.objective_settings import SETTINGS_BY_NAME
 from stages.modeling.backbone_adapters import ADAPTERS
 
 REPO = Path(__file__).resolve().parents[1]

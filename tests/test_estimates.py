@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from stages.core.estimates import (
+from stages.commands.estimates import main
+from stages.core.identity.experiments import plan_runs
+from stages.core.planning.estimates import (
     BERT_BASE,
     BERT_LARGE,
     CPU,
@@ -26,10 +28,8 @@ from stages.core.estimates import (
     train_step_flops,
     train_steps,
 )
-from stages.core.jobs import build_jobs
-from stages.core.params import BackboneParams, load_params, parse_params
-from stages.core.runs import plan_runs
-from stages.estimates import main
+from stages.core.planning.jobs import build_jobs
+from stages.core.schema.params import BackboneParams, load_params, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX: dict[str, Any] = {

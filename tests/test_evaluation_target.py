@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from stages.core.errors import StageError
-from stages.core.params import BackboneParams, RandomInit, parse_params
-from stages.core.runs import plan_runs
-from stages.evaluation_target import encoder_for
+from stages.core.identity.experiments import plan_runs
+from stages.core.schema.params import BackboneParams, RandomInit, parse_params
+from stages.evaluations.target import encoder_for
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
 
@@ -89,9 +89,9 @@ def test_what_cannot_be_evaluated_says_why(
 @pytest.mark.parametrize(
     ("stage", "flags", "named"),
     [
-        ("stages.evaluate_senteval", ["--precision", "bf16"], "--precision"),
+        ("stages.evaluations.senteval", ["--precision", "bf16"], "--precision"),
         (
-            "stages.evaluate_mteb",
+            "stages.evaluations.mteb",
             ["--max-length", "64", "--pooler", "mean"],
             "--pooler, --max-length",
         ),

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import yaml
 
-from stages.core.evaluations import (
+from stages.core.identity.experiments import evaluation_id, plan_runs
+from stages.core.planning.jobs import build_jobs
+from stages.core.schema.evaluation_settings import (
     EVALUATIONS,
     SENTEVAL_STS_TASKS,
     SENTEVAL_TRANSFER_TASKS,
     with_evaluations_table,
 )
-from stages.core.jobs import build_jobs
-from stages.core.mteb_task_sets import TASK_SETS
-from stages.core.params import parse_params
-from stages.core.runs import evaluation_id, plan_runs
+from stages.core.schema.mteb_task_sets import TASK_SETS
+from stages.core.schema.params import parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def smoke() -> dict:
 
 def test_readme_lists_the_registered_evaluations() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert with_evaluations_table(readme) == readme, "run `python -m stages.pipeline docs`"
+    assert with_evaluations_table(readme) == readme, "run `python -m stages.commands.pipeline docs`"
 
 
 def test_the_docs_mteb_sts_set_is_the_registrys() -> None:
@@ -46,7 +46,7 @@ def test_no_module_but_the_registry_spells_out_the_senteval_task_lists() -> None
     """The protocol, the stages and the benchmarks import the registry's lists: a copy would
     drift from it unnoticed (a task added to one list and not the other)."""
     lists = (set(SENTEVAL_STS_TASKS), set(SENTEVAL_TRANSFER_TASKS))
-    registry = REPO / "stages" / "core" / "evaluations.py"
+    registry = REPO / "stages" / "core" / "schema" / "evaluation_settings.py"
     copies = []
     for path in sorted({*REPO.glob("stages/**/*.py"), *REPO.glob("benchmarks/*.py")} - {registry}):
         for node in ast.walk(ast.parse(path.read_bytes())):
@@ -99,10 +99,10 @@ def test_data_outside_the_workspace_data_folder_is_identified_by_its_files(
     """The manifest's checksums name data/ only (checked at every use); a SentEval or MTEB
     folder of the user's elsewhere is never checked against them, so its files name it, and it
     is what the job depends on."""
-    from stages.core import data_check
-    from stages.core.data_manifest import load_manifest
+    from stages.core.schema.data_manifest import load_manifest
+    from stages.core.storage import hashing
 
-    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    monkeypatch.setattr(hashing, "HASH_CACHE", tmp_path / "sha256.json")
     own = tmp_path / "mydata" / "senteval"
     gold = own / "downstream" / "STS" / "STSBenchmark" / "sts-test.csv"
     gold.parent.mkdir(parents=True)

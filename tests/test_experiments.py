@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from stages.core.params import parse_params
-from stages.core.runs import plan_runs
+from stages.core.identity.experiments import plan_runs
+from stages.core.schema.params import parse_params
 
 MATRIX: dict[str, Any] = {
     "backbones": {
@@ -90,8 +90,8 @@ def test_backbone_revision_is_part_of_the_id() -> None:
 def test_corpus_choices_are_the_manifests_corpora() -> None:
     from typing import get_args
 
-    from stages.core.data_manifest import load_manifest
-    from stages.core.params import DataParams
+    from stages.core.schema.data_manifest import load_manifest
+    from stages.core.schema.params import DataParams
 
     corpora = {n for n, d in load_manifest().datasets.items() if d.output.startswith("corpus/")}
     assert set(get_args(DataParams.model_fields["corpus"].annotation)) == corpora
@@ -110,11 +110,11 @@ def test_a_local_model_folder_is_identified_by_its_files(
 ) -> None:
     """A path names no weights: overwriting the folder's files must give new run, triplet and
     baseline ids (a hub id with its revision, or a package, names its files and keeps its id)."""
-    from stages.core import data_check
-    from stages.core.evaluations import EVALUATIONS
-    from stages.core.runs import evaluation_id, plan_baselines, triplets_id
+    from stages.core.identity.experiments import evaluation_id, plan_baselines, triplets_id
+    from stages.core.schema.evaluation_settings import EVALUATIONS
+    from stages.core.storage import hashing
 
-    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    monkeypatch.setattr(hashing, "HASH_CACHE", tmp_path / "sha256.json")
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"weights")

@@ -16,7 +16,7 @@ import yaml
 from stages import figures as stage
 from stages.analyses import gradient_dissipation as p002
 from stages.analyses import gradient_norms as p003
-from stages.core.params import DEFAULT_PARAMS, FiguresParams
+from stages.core.schema.params import DEFAULT_PARAMS, FiguresParams
 from stages.objectives import diagnostics
 from stages.objectives.hardest_negative import MET, MPT
 

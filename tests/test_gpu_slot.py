@@ -1,4 +1,4 @@
-"""stages.gpu_slot gives concurrent jobs disjoint GPUs and releases them however they end.
+"""stages.commands.gpu_slot gives concurrent jobs disjoint GPUs and releases them however they end.
 
 No GPU is needed: the devices are ids in CUDA_VISIBLE_DEVICES, which is all the launcher reads.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from stages.gpu_slot import try_claim, visible_devices
+from stages.commands.gpu_slot import try_claim, visible_devices
 
 REPO = Path(__file__).resolve().parents[1]
 # A job that reports the devices it was given and when it held them.
@@ -39,7 +39,7 @@ def env_with(tmp_path: Path, visible: str | None) -> dict[str, str]:
 
 def launch(tmp_path: Path, visible: str | None, gpus: int, seconds: float) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "stages.gpu_slot", "--gpus", str(gpus), "--",
+        [sys.executable, "-m", "stages.commands.gpu_slot", "--gpus", str(gpus), "--",
          sys.executable, "-c", REPORT, str(seconds)],
         env=env_with(tmp_path, visible), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from project_copy import dvc_shape, project_copy, snakemake_shape
 
-from stages.core.jobs import build_jobs, check_dvc_yaml
-from stages.core.params import ParamsError, load_params, parse_params
-from stages.core.runs import plan_runs
+from stages.core.identity.experiments import plan_runs
+from stages.core.planning.jobs import build_jobs, check_dvc_yaml
+from stages.core.schema.params import ParamsError, load_params, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 WIDE_MATRIX = {
@@ -71,7 +71,7 @@ def test_a_stale_dvc_yaml_stops_stages_run_by_dvc(tmp_path: Path) -> None:
     params["experiments"][0]["seeds"] = [42, 43]  # the matrix grows; dvc.yaml not regenerated
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     result = subprocess.run(
-        [sys.executable, "-m", "stages.pipeline", "status"],
+        [sys.executable, "-m", "stages.commands.pipeline", "status"],
         cwd=root,
         env={**os.environ, "DVC_STAGE": "train.simcse.bert-base.s42", "PYTHONPATH": str(root)},
         capture_output=True,
@@ -79,12 +79,12 @@ def test_a_stale_dvc_yaml_stops_stages_run_by_dvc(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "dvc.yaml is out of date with params.yaml" in result.stderr
-    assert "python -m stages.pipeline dvc" in result.stderr
+    assert "python -m stages.commands.pipeline dvc" in result.stderr
 
 
 def test_changing_one_methods_tau_reruns_only_its_jobs() -> None:
-    from stages.core.jobs import job_fingerprint
-    from stages.core.params import parse_params
+    from stages.core.planning.jobs import job_fingerprint
+    from stages.core.schema.params import parse_params
 
     def fingerprints(raw: dict[str, Any]) -> dict[str, str]:
         params = parse_params(raw)
@@ -105,11 +105,11 @@ def test_an_edit_inside_a_local_model_folder_reruns_its_jobs(
 ) -> None:
     """Snakemake sees a folder's time, not a file edited inside it: the jobs' fingerprints carry
     their ids, which cover a local backbone's files; DVC gets the folder as a dependency."""
-    from stages.core import data_check
-    from stages.core.jobs import job_fingerprint
-    from stages.core.params import parse_params
+    from stages.core.planning.jobs import job_fingerprint
+    from stages.core.schema.params import parse_params
+    from stages.core.storage import hashing
 
-    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    monkeypatch.setattr(hashing, "HASH_CACHE", tmp_path / "sha256.json")
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
@@ -180,7 +180,7 @@ def test_the_masking_rate_and_the_mteb_tasks_can_differ_per_method() -> None:
 def test_the_report_depends_on_the_plan() -> None:
     """A seed, method or backbone added to params.yaml but not to a stale dvc.yaml changes no
     other stage: the report reruns on it, and its stage stops naming the fix."""
-    from stages.core.params import parse_params
+    from stages.core.schema.params import parse_params
 
     params = parse_params(yaml.safe_load(yaml.safe_dump(WIDE_MATRIX)))
     (report,) = [job for job in build_jobs(params) if job.stage == "report"]

@@ -12,11 +12,11 @@ import polars as pl
 import pytest
 import yaml
 
-from stages import pipeline
-from stages.core.estimates import dry_run, format_dry_run
-from stages.core.jobs import build_jobs
-from stages.core.params import Params, ResolvedMethod, load_params
-from stages.core.runs import plan_runs
+from stages.commands import pipeline
+from stages.core.identity.experiments import plan_runs
+from stages.core.planning.estimates import dry_run, format_dry_run
+from stages.core.planning.jobs import build_jobs
+from stages.core.schema.params import Params, ResolvedMethod, load_params
 from stages.reference import published
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_preset_plans_and_dry_runs_every_run(
 def test_preset_generates_a_dvc_pipeline(
     path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # stages.pipeline writes ./dvc.yaml
+    monkeypatch.chdir(tmp_path)  # stages.commands.pipeline writes ./dvc.yaml
     pipeline.main(["dvc", "--params", str(REPO / path)])
     stages = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
     trains = [s for s in stages.values() if s["cmd"].startswith("python -m stages.train")]

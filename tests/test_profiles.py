@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.estimates import job_limit_minutes
-from stages.core.jobs import build_jobs
-from stages.core.params import load_params
+from stages.core.planning.estimates import job_limit_minutes
+from stages.core.planning.jobs import build_jobs
+from stages.core.schema.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "workflow" / "profiles"
@@ -86,11 +86,12 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
             assert dry["resources"]["mem_mb"] == "32000"
             assert dry["resources"]["cpus_per_task"] == "8"
             assert dry["resources"]["runtime"] == str(job_limit_minutes(params, job))
-            # the caller's thread settings, then the GPU slot (see workflow/rules/jobs.py)
+            # the caller's thread settings, then the GPU slot (see workflow/rules/rule_jobs.py)
             assert dry["shell"].startswith("env ")
             log = f"logs/{job.stage}/{job.key}.log"
             assert dry["shell"].endswith(
-                f" python -m stages.gpu_slot --gpus 1 -- {job.cmd} 2>&1 | {TEE_LOG.format(log=log)}"
+                f" python -m stages.commands.gpu_slot --gpus 1 -- {job.cmd} 2>&1 | "
+                f"{TEE_LOG.format(log=log)}"
             )
         else:
             assert dry["resources"]["runtime"] == "60"

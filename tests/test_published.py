@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from stages.core.evaluations import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS
 from stages.reference import (
     COLUMNS,
     MTEB_CATEGORIES,

@@ -10,17 +10,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from stages.core import layout
 from stages.core.errors import StageError
-from stages.core.params import load_params
-from stages.core.run_store import (
-    RUN_FILES,
-    adopt_legacy_run,
-    reuse_evaluation,
-    status_rows,
-    store_evaluation,
-)
-from stages.core.runs import plan_runs
+from stages.core.identity.experiments import plan_runs
+from stages.core.planning.evaluation_store import reuse_evaluation, store_evaluation
+from stages.core.planning.status import adopt_legacy_run, status_rows
+from stages.core.schema.params import load_params
+from stages.core.storage import layout
+from stages.core.storage.run_folders import RUN_FILES
 from stages.reporting.tables import environment_warning
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,11 +18,11 @@ import yaml
 from project_copy import project_copy
 
 import stages.train as train_stage
-import stages.training.runner as runner
+import stages.training.run_folder as runner
 from stages.core.errors import StageError
-from stages.core.run_lock import RunLocked, machine
-from stages.core.run_store import RUN_FILES
-from stages.core.shared_store import MANIFEST, SharedStore, StoreError, read_origin
+from stages.core.storage.run_folders import RUN_FILES
+from stages.core.storage.run_lock import RunLocked, machine
+from stages.core.storage.shared_store import MANIFEST, SharedStore, StoreError, read_origin
 
 TINY = {
     "data": {"source": "local", "corpus": "wiki1m_head_11913", "max_sentences": 240},
@@ -177,8 +177,8 @@ def test_two_trainers_of_one_run_on_two_workspaces(
     (root / "params.yaml").write_text(yaml.safe_dump(raw))
     monkeypatch.chdir(root)
     monkeypatch.setenv("CSE_STORE_URL", s3_url)
-    from stages.core.params import load_params
-    from stages.core.runs import plan_runs
+    from stages.core.identity.experiments import plan_runs
+    from stages.core.schema.params import load_params
 
     run_id = plan_runs(load_params("params.yaml"))[EXPERIMENT].run_id
     monkeypatch.setattr(runner, "train", no_training)
@@ -227,7 +227,7 @@ def test_a_lease_of_a_dead_trainer_of_this_machine_is_taken_over(tmp_path: Path)
 
 
 def test_no_store_configured_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
-    from stages import runs
+    from stages.commands import store as runs
 
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(TINY))
     monkeypatch.chdir(tmp_path)
@@ -264,7 +264,7 @@ def test_two_workspaces_and_a_queued_experiment_train_each_run_once(
     assert read_origin(by_dvc / "runs" / run_id) | {"published": None} == {
         "origin": "fetched", "store": str(store), "published": None
     }  # fmt: skip
-    status = sh(["python", "-m", "stages.pipeline", "status"], by_dvc, store, shared_data)
+    status = sh(["python", "-m", "stages.commands.pipeline", "status"], by_dvc, store, shared_data)
     assert f"yes (fetched from {store})" in status
 
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]
@@ -296,9 +296,9 @@ def complete_run(folder: Path, experiment: str) -> None:
 def test_the_runs_commands_list_push_pull_verify_and_gc(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    from stages import runs
-    from stages.core.params import load_params
-    from stages.core.runs import plan_runs
+    from stages.commands import store as runs
+    from stages.core.identity.experiments import plan_runs
+    from stages.core.schema.params import load_params
 
     store = tmp_path / "store"
     root = tmp_path / "ws"
@@ -365,7 +365,7 @@ def test_two_fetches_of_one_run_in_one_workspace_both_succeed(tmp_path: Path) ->
 
 
 def test_a_fetch_removes_what_a_killed_fetch_of_this_host_left(tmp_path: Path) -> None:
-    from stages.core.atomic import HOST_TAG
+    from stages.core.storage.atomic import HOST_TAG
 
     store = SharedStore(str(tmp_path / "store"))
     source = tmp_path / "trained" / "0123456789abcdef"

@@ -1,5 +1,5 @@
 """Sweeps in params.yaml: a method's grid expands into named points whose runs are those of
-the equivalent hand-written methods (stages/core/sweeps.py)."""
+the equivalent hand-written methods (stages/core/schema/sweeps.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from stages.core.jobs import build_jobs, param_values
-from stages.core.params import ParamsError, parse_params
-from stages.core.runs import plan_runs
+from stages.core.identity.experiments import plan_runs
+from stages.core.planning.jobs import build_jobs, param_values
+from stages.core.schema.params import ParamsError, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = yaml.safe_load((REPO / "presets" / "smoke.yaml").read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from stages.analyses import gradient_dissipation, gradient_norms, plotting
-from stages.core.params import FiguresParams
+from stages.core.schema.params import FiguresParams
 
 
 @dataclass(frozen=True)

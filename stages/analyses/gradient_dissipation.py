@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from stages.core.params import FiguresParams
+from stages.core.schema.params import FiguresParams
 from stages.objectives import diagnostics
 from stages.objectives.arccse import ArcCon
 from stages.objectives.hardest_negative import MET, MPT

@@ -1,5 +1,5 @@
 """The pipeline's expected failures: each carries one readable message naming what is wrong and
-where. Stage CLIs print it and exit with status 2 instead of a traceback (``stages.cli``)."""
+where. Stage CLIs print it and exit with status 2 instead of a traceback (``stages.core.cli``)."""
 
 import zipfile
 

@@ -1,2 +1,2 @@
 """The stage modules of the evaluations registered after SentEval and MTEB
-(``stages.core.evaluations``), one module each."""
+(``stages.core.schema.evaluation_settings``), one module each."""

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from stages.cli import add_target_arguments, parse_target_arguments, parser, run
-from stages.core.data_check import sha256_of
+from stages.core.cli import add_target_arguments, parse_target_arguments, parser, run
 from stages.core.errors import StageError
-from stages.core.evaluations import StsTsvParams
-from stages.core.params import DEFAULT_PARAMS, load_params
-from stages.evaluation_stage import run_evaluation
+from stages.core.schema.evaluation_settings import StsTsvParams
+from stages.core.schema.params import DEFAULT_PARAMS, load_params
+from stages.core.storage.hashing import sha256_of
+from stages.evaluations.results import run_evaluation
 from stages.senteval_protocol.loaders import DataFile, StsPairs, StsTask
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from transformers import (
 )
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.core.params import PACKAGE_PREFIX, BackboneParams, RandomInit
+from stages.core.schema.params import PACKAGE_PREFIX, BackboneParams, RandomInit
 from stages.modeling.backbone_adapters import BackboneAdapter, adapter_for
 
 # What from_pretrained raises for a model it cannot load: a missing file or hub repo (OSError), a

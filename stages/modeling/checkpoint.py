@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from stages.core.params import Pooler
+from stages.core.schema.params import Pooler
 
 ENCODER_FILE = "encoder.json"
 

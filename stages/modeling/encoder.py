@@ -28,9 +28,9 @@ import torch
 from transformers import AutoModel, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.core import layout
-from stages.core.code_identity import code_identity
-from stages.core.params import POOLERS
+from stages.core.identity.code import code_identity
+from stages.core.schema.params import POOLERS
+from stages.core.storage import layout
 from stages.modeling.backbone import loading, model_location, pretrained_tokenizer
 from stages.modeling.backbone_adapters import find_adapter
 from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from stages.core.params import POOLERS
+from stages.core.schema.params import POOLERS
 from stages.modeling.unpadded import PackedStates, Packing
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
-from stages.core.evaluations import MtebLocalSource as LocalSource
+from stages.core.schema.evaluation_settings import MtebLocalSource as LocalSource
 from stages.senteval_protocol.loaders import STS_YEARS
 
 LOCAL_SOURCES: tuple[LocalSource, ...] = get_args(LocalSource)

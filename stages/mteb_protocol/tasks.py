@@ -1,5 +1,5 @@
 """mteb task objects for a params.yaml ``mteb.tasks`` entry (the names are in
-``stages.core.mteb_task_sets``)."""
+``stages.core.schema.mteb_task_sets``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stages.core.mteb_task_sets import BENCHMARK_NARROWED, SIMACE56_BENCHMARK, unknown_task_names
+from stages.core.schema.mteb_task_sets import (
+    BENCHMARK_NARROWED,
+    SIMACE56_BENCHMARK,
+    unknown_task_names,
+)
 
 if TYPE_CHECKING:
     from mteb.abstasks.abstask import AbsTask

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from stages.core.objective_settings import (
+from stages.core.schema.objective_settings import (
     AlignUniformSettings,
     DCLPlusSettings,
     DCLSettings,

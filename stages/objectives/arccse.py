@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from stages.core.objective_settings import ArcConSettings, ArcCSESettings
+from stages.core.schema.objective_settings import ArcConSettings, ArcCSESettings
 from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import angle, normalize, row_cosines, view_stats
 from stages.objectives.infonce import cross_entropy_per_anchor

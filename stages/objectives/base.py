@@ -1,6 +1,6 @@
 """The contract every training objective follows.
 
-An objective's loss class subclasses its settings (``stages.core.objective_settings``: the
+An objective's loss class subclasses its settings (``stages.core.schema.objective_settings``: the
 hyperparameters, validated when params.yaml is loaded) and ``Objective``. Callers use ``objective(z,
 z_pos, tau=..., triplets=...)``, which checks the inputs, turns autocast off and upcasts half-
 precision inputs, so every loss is computed in at least fp32 (safe under bf16/fp16 autocast);

@@ -18,7 +18,12 @@ import math
 
 import torch
 
-from stages.core.objective_settings import Implementation, MATSettings, METSettings, MPTSettings
+from stages.core.schema.objective_settings import (
+    Implementation,
+    MATSettings,
+    METSettings,
+    MPTSettings,
+)
 from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import angle, distance, normalize, off_diagonal, view_stats
 

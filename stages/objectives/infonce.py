@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from stages.core.objective_settings import InfoNCESettings
+from stages.core.schema.objective_settings import InfoNCESettings
 from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import normalize, view_stats
 

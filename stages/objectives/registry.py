@@ -1,16 +1,15 @@
 """Losses by objective name, imported only when asked for.
 
 The names, settings and ``module:Class`` of every loss are declared once, torch-free, in
-``stages.core.objective_settings.OBJECTIVES``; this module turns validated settings into the loss
-that computes them. A run's code identity covers exactly its own loss module (and what that
-imports), so editing one objective retrains only the runs that use it.
-"""
+``stages.core.schema.objective_settings.OBJECTIVES``; this module turns validated settings into the
+loss that computes them. A run's code identity covers exactly its own loss module (and what that
+imports), so editing one objective retrains only the runs that use it."""
 
 from __future__ import annotations
 
 import importlib
 
-from stages.core.objective_settings import SETTINGS_BY_NAME, ObjectiveSettings, loss_location
+from stages.core.schema.objective_settings import SETTINGS_BY_NAME, ObjectiveSettings, loss_location
 from stages.objectives.base import Objective
 
 

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from stages.core.objective_settings import SimACESettings
+from stages.core.schema.objective_settings import SimACESettings
 from stages.objectives.base import LossOutput, Objective, Triplets
 from stages.objectives.geometry import angular_similarity, normalize, view_stats
 from stages.objectives.infonce import cross_entropy_per_anchor

@@ -13,7 +13,7 @@ ratio. Steps t are 1-based optimizer steps, as in the paper (HF Trainer: global_
 
 from __future__ import annotations
 
-from stages.core.temperature_settings import TemperatureSchedule
+from stages.core.schema.temperature_settings import TemperatureSchedule
 
 
 def tau_at(schedule: TemperatureSchedule, step: int, total_steps: int, tau: float) -> float:

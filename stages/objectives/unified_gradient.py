@@ -38,7 +38,7 @@ from abc import abstractmethod
 
 import torch
 
-from stages.core.objective_settings import (
+from stages.core.schema.objective_settings import (
     AlignMHESettings,
     AlignMHSSettings,
     BarlowTwinsSettings,

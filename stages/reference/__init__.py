@@ -18,7 +18,11 @@ from pathlib import Path
 
 import polars as pl
 
-from stages.core.evaluations import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS, STSB_DEV_TASK
+from stages.core.schema.evaluation_settings import (
+    SENTEVAL_STS_TASKS,
+    SENTEVAL_TRANSFER_TASKS,
+    STSB_DEV_TASK,
+)
 
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
 

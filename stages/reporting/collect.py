@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stages.core import layout
-from stages.core.evaluations import STSB_DEV_TASK
-from stages.core.params import Params
-from stages.core.run_store import origin_label, recorded_output
-from stages.core.runs import plan_baselines, plan_runs
+from stages.core.identity.experiments import plan_baselines, plan_runs
+from stages.core.planning.status import recorded_output
+from stages.core.schema.evaluation_settings import STSB_DEV_TASK
+from stages.core.schema.params import Params
+from stages.core.storage import layout
+from stages.core.storage.run_folders import origin_label
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
 from stages.senteval_protocol.sts import ALIGNMENT_THRESHOLD
@@ -30,7 +31,7 @@ RESULT_SCHEMA = {
     "method": pl.String,
     "backbone": pl.String,
     "seed": pl.Int64,
-    "source": pl.String,  # train | a registered evaluation (stages.core.evaluations)
+    "source": pl.String,  # train | a registered evaluation (stages.core.schema.evaluation_settings)
     "task": pl.String,
     "metric": pl.String,
     "value": pl.Float64,

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import polars as pl
 
-from stages.reporting.figures import Plot
+from stages.reporting.plots import Plot
 from stages.reporting.styles import RunStyles
 
 

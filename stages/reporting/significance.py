@@ -21,7 +21,7 @@ from typing import Literal
 import polars as pl
 from scipy import stats
 
-from stages.core.evaluations import EVALUATIONS
+from stages.core.schema.evaluation_settings import EVALUATIONS
 
 Test = Literal["paired_t", "wilcoxon"]
 SCHEMA = {

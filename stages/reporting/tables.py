@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from stages.core.evaluations import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS
-from stages.core.mteb_task_sets import SIMACE56, TASK_SETS
+from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS
+from stages.core.schema.mteb_task_sets import SIMACE56, TASK_SETS
 from stages.reporting.collect import Planned
 
 STD_DDOF = 1

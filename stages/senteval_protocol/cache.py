@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stages.core.atomic import atomic_path
 from stages.core.errors import UNREADABLE_NPZ
+from stages.core.storage.atomic import atomic_path
 
 
 def texts_digest(texts: list[str]) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stages.core.evaluations import SENTEVAL_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_TASKS
 
 STS_YEARS = {
     "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),

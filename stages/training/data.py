@@ -30,10 +30,10 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.core.atomic import atomic_path
 from stages.core.errors import UNREADABLE_NPZ
-from stages.triplet_file import read_triplets
-from stages.triplet_masking import split_lines
+from stages.core.storage.atomic import atomic_path
+from stages.masked_triplets.file_format import read_triplets
+from stages.masked_triplets.masking import split_lines
 
 # Bump when the cached tokenisation format or procedure changes.
 CACHE_FORMAT = 1

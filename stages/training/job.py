@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.core.params import BackboneParams, TrainParams
-from stages.core.temperature_settings import TemperatureSchedule
+from stages.core.schema.params import BackboneParams, TrainParams
+from stages.core.schema.temperature_settings import TemperatureSchedule
 from stages.objectives.base import Objective
 
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from stages.core.run_store import read_log
+from stages.core.storage.run_folders import read_log
 from stages.training.records import JsonlLog
 
 LOGGERS = ("dvclive", "tensorboard", "wandb")

@@ -23,14 +23,20 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from stages.core.atomic import write_json
 from stages.core.errors import StageError
-from stages.core.run_store import METRICS_FILE
+from stages.core.storage.atomic import write_json
+from stages.core.storage.run_folders import METRICS_FILE
 from stages.objectives.base import LossOutput
 from stages.objectives.temperature import tau_at
 from stages.training import distributed as dist_util
 from stages.training.batch import Batch, make_batch
-from stages.training.dev import DevEvaluator
+from stages.training.checkpoints import (
+    remove_checkpoints,
+    rng_state,
+    save_checkpoint,
+    unwritten_checkpoint_error,
+)
+from stages.training.dev_encoder import DevEvaluator
 from stages.training.distributed import Distributed, mean_across_ranks
 from stages.training.job import TrainJob
 from stages.training.loss import contrastive_loss, mean_over_micro_batches
@@ -39,12 +45,6 @@ from stages.training.outputs import run_metrics, save_encoder, save_final_and_be
 from stages.training.parts import TrainingParts
 from stages.training.progress import checkpoint_state, start_or_resume
 from stages.training.records import stop_if_diverged
-from stages.training.resume import (
-    remove_checkpoints,
-    rng_state,
-    save_checkpoint,
-    unwritten_checkpoint_error,
-)
 from stages.training.runtime import phase, resolve_runtime
 
 # What other code imports from here: the runner, the benchmarks, the tests.

@@ -17,7 +17,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
-from stages.core.params import SamParams, TrainParams
+from stages.core.schema.params import SamParams, TrainParams
 
 
 def build_optimizer(model: nn.Module, train: TrainParams) -> torch.optim.AdamW:

@@ -11,7 +11,7 @@ import torch
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.core.atomic import atomic_path, write_json
+from stages.core.storage.atomic import atomic_path, write_json
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
 from stages.modeling.model_card import render_model_card
 from stages.modeling.st_format import write_sentence_transformers_files

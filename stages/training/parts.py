@@ -18,13 +18,19 @@ from torch.nn.parallel import DistributedDataParallel
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.core.environment import software
 from stages.core.errors import StageError
+from stages.core.identity.environment import software
 from stages.modeling.backbone import ModelLoadError, load_backbone, load_tokenizer
 from stages.modeling.cpu_linear import use_onednn_linear
 from stages.modeling.dropout import use_fast_dropout
 from stages.modeling.input_length import LIMIT_PARTS, max_model_length
 from stages.training import distributed as dist_util
+from stages.training.contrastive_model import (
+    ContrastiveModel,
+    enable_gradient_checkpointing,
+    freeze_unused_head,
+    reset_mlp_head,
+)
 from stages.training.data import (
     BatchPlan,
     TokenRows,
@@ -33,15 +39,9 @@ from stages.training.data import (
     read_triplet_token_ids,
     special_token_frame,
 )
-from stages.training.dev import DevEncoder, DevEvaluator
+from stages.training.dev_encoder import DevEncoder, DevEvaluator
 from stages.training.distributed import Distributed
 from stages.training.job import TrainJob
-from stages.training.model import (
-    ContrastiveModel,
-    enable_gradient_checkpointing,
-    freeze_unused_head,
-    reset_mlp_head,
-)
 from stages.training.optim import SharpnessAware, build_optimizer, build_scheduler
 from stages.training.records import StepRecorder
 from stages.training.runtime import Runtime, device_name

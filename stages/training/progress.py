@@ -12,13 +12,13 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from stages.core.atomic import write_json
 from stages.core.errors import StageError
-from stages.core.run_store import CONFIG_FILE, LOG_FILE
+from stages.core.storage.atomic import write_json
+from stages.core.storage.run_folders import CONFIG_FILE, LOG_FILE
+from stages.training.checkpoints import latest_checkpoint, load_checkpoint, restore_rng_state
 from stages.training.distributed import rank_seed
 from stages.training.live import RunLog, open_run_log
 from stages.training.parts import TrainingParts
-from stages.training.resume import latest_checkpoint, load_checkpoint, restore_rng_state
 
 
 @dataclass

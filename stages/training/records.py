@@ -21,8 +21,8 @@ import torch
 
 from stages.core.errors import StageError
 from stages.training import distributed as dist_util
+from stages.training.checkpoints import latest_checkpoint
 from stages.training.distributed import Distributed
-from stages.training.resume import latest_checkpoint
 
 
 class NonFiniteLossError(StageError):

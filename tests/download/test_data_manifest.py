@@ -7,8 +7,8 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from stages.core.data_manifest import Dataset, load_manifest
-from stages.core.params import DataParams
+from stages.core.schema.data_manifest import Dataset, load_manifest
+from stages.core.schema.params import DataParams
 
 SHA = "0" * 64
 

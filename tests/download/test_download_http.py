@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.data_manifest import Dataset, load_manifest
 from stages.core.errors import StageError
+from stages.core.schema.data_manifest import Dataset, load_manifest
 from stages.download import CACHE_DIR, LOCK_FILE, HttpOptions, download_dataset
 
 FAST = HttpOptions(timeout=5, retries=3, backoff=0.01, progress=False)

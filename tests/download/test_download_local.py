@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.core.data_manifest import Dataset, load_manifest
 from stages.core.errors import StageError
+from stages.core.schema.data_manifest import Dataset, load_manifest
 from stages.download import LOCK_FILE, download_dataset, main
 
 REPO = Path(__file__).resolve().parents[2]

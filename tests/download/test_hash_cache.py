@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.core import data_check
+from stages.core.storage import hashing
 
 
 def test_a_file_rewritten_with_its_time_set_back_is_rehashed(
@@ -17,13 +17,12 @@ def test_a_file_rewritten_with_its_time_set_back_is_rehashed(
 ) -> None:
     """Same size, same inode, modification time restored (``cp -p``, ``rsync -t`` or a script
     can do that): the change time still moves, so the cache cannot vouch for the old content."""
-    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    monkeypatch.setattr(hashing, "HASH_CACHE", tmp_path / "sha256.json")
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(b"first line\nsecond line\n")
     before = os.stat(corpus)
     assert (
-        data_check.cached_sha256([corpus])[corpus]
-        == hashlib.sha256(corpus.read_bytes()).hexdigest()
+        hashing.cached_sha256([corpus])[corpus] == hashlib.sha256(corpus.read_bytes()).hexdigest()
     )
 
     time.sleep(0.05)  # older kernels keep a file's change time in coarse ticks
@@ -36,15 +35,14 @@ def test_a_file_rewritten_with_its_time_set_back_is_rehashed(
         before.st_size, before.st_mtime_ns, before.st_ino
     )  # fmt: skip
     assert (
-        data_check.cached_sha256([corpus])[corpus]
-        == hashlib.sha256(corpus.read_bytes()).hexdigest()
+        hashing.cached_sha256([corpus])[corpus] == hashlib.sha256(corpus.read_bytes()).hexdigest()
     )
 
 
 def test_an_unchanged_file_is_not_rehashed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(data_check, "HASH_CACHE", tmp_path / "sha256.json")
+    monkeypatch.setattr(hashing, "HASH_CACHE", tmp_path / "sha256.json")
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(b"a line\n")
-    data_check.cached_sha256([corpus])
-    monkeypatch.setattr(data_check, "sha256_of", lambda path: pytest.fail("rehashed"))
-    assert data_check.cached_sha256([corpus])[corpus]
+    hashing.cached_sha256([corpus])
+    monkeypatch.setattr(hashing, "sha256_of", lambda path: pytest.fail("rehashed"))
+    assert hashing.cached_sha256([corpus])[corpus]

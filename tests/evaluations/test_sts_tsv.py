@@ -14,7 +14,7 @@ import pytest
 from project_copy import dvc_shape, project_copy, snakemake_shape
 
 from stages.core.errors import ParamsError, StageError
-from stages.core.params import load_params, parse_params
+from stages.core.schema.params import load_params, parse_params
 from stages.evaluations.sts_tsv import main, read_pairs, score_files
 from stages.report import build_report
 from stages.senteval_protocol.sts import correlations, cosine_similarities

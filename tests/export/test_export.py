@@ -1,5 +1,6 @@
-"""`python -m stages.export`: a run's checkpoint as a model folder with its test scores, and the
-push through huggingface_hub's real client to a local stub of the Hub (the token never shown)."""
+"""`python -m stages.commands.export`: a run's checkpoint as a model folder with its test scores,
+and the push through huggingface_hub's real client to a local stub of the Hub (the token never
+shown)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from typing import ClassVar
 
 import pytest
 
-from stages.core import layout
+from stages.commands.export import main
 from stages.core.errors import StageError
-from stages.core.params import BackboneParams, RandomInit, load_params
-from stages.core.runs import plan_runs
-from stages.export import main
+from stages.core.identity.experiments import plan_runs
+from stages.core.schema.params import BackboneParams, RandomInit, load_params
+from stages.core.storage import layout
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo
 from stages.training.loop import save_encoder
@@ -89,7 +90,7 @@ def test_an_export_cut_short_leaves_no_model_folder(trained, tmp_path, monkeypat
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("stages.export.render_model_card", interrupted)
+    monkeypatch.setattr("stages.commands.export.render_model_card", interrupted)
     with pytest.raises(KeyboardInterrupt):
         main([name, "out", "--params", str(REPO / "params.yaml")])
     assert not (tmp_path / "out").exists()
@@ -175,7 +176,7 @@ def test_push_to_hub_uploads_through_huggingface_hub_without_showing_the_token(t
     argv = [name, "out", "--params", str(REPO / "params.yaml"), "--push-to-hub", "me/model"]
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "stages.export", *argv],
+            [sys.executable, "-m", "stages.commands.export", *argv],
             cwd=tmp_path,
             env=env,
             capture_output=True,

@@ -18,8 +18,8 @@ sys.path.insert(0, str(REPO / "tests" / "training"))
 
 from train_helpers import TINY, copy_real_data  # noqa: E402
 
-from stages.core.params import load_params  # noqa: E402
-from stages.core.runs import plan_runs  # noqa: E402
+from stages.core.identity.experiments import plan_runs  # noqa: E402
+from stages.core.schema.params import load_params  # noqa: E402
 
 KILL_POINT = Path(__file__).with_name("kill_point.py")
 EXPERIMENT = "simcse.tiny.s1"
@@ -111,7 +111,7 @@ def assert_same_run(root: Path, reference: Path, *, resumes: int | None = None) 
     aside), bitwise the same best and final weights, one log record per step."""
     from train_helpers import assert_same_weights, without_timing
 
-    from stages.core.run_store import RUN_FILES, read_log
+    from stages.core.storage.run_folders import RUN_FILES, read_log
 
     rid = run_id(root)
     done, first = root / "runs" / rid, reference / "runs" / rid
@@ -143,7 +143,7 @@ def stage_error(module: str, args: list[str], monkeypatch, capsys) -> str:
 
     import pytest
 
-    from stages import cli
+    from stages.core import cli
 
     stage = importlib.import_module(module)
     monkeypatch.setattr(sys, "argv", [module, *args])

@@ -67,7 +67,7 @@ def main() -> None:
     module, *args = sys.argv[sep + 1 :]
     arm(target, int(n), when, match[0] if match else "")
     stage = importlib.import_module(module)
-    from stages import cli
+    from stages.core import cli
 
     sys.argv = [module, *args]
     cli.run(stage.main)

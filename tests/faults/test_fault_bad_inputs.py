@@ -17,8 +17,8 @@ from fault_helpers import (
     stage_error,
 )
 
-from stages.core.evaluations import EVALUATIONS
-from stages.training.runner import unfinished_run_note
+from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.training.run_folder import unfinished_run_note
 
 pytestmark = pytest.mark.faults
 

@@ -21,11 +21,11 @@ from fault_helpers import (
 )
 
 import stages.download as download
-import stages.evaluate_senteval as senteval_stage
+import stages.evaluations.senteval as senteval_stage
 import stages.train as train_stage
-from stages.core.data_check import verify_workspace_data
-from stages.core.data_manifest import load_manifest
 from stages.core.errors import StageError
+from stages.core.schema.data_check import verify_workspace_data
+from stages.core.schema.data_manifest import load_manifest
 
 pytestmark = pytest.mark.faults
 
@@ -151,7 +151,7 @@ def test_senteval_stops_on_changed_sts12_gold_scores(workspace: Path) -> None:
 
 def test_triplets_and_mteb_stop_on_damaged_data(workspace: Path, shared_data: Path) -> None:
     """The two other stages that read data/: nothing is written by either."""
-    import stages.evaluate_mteb as mteb_stage
+    import stages.evaluations.mteb as mteb_stage
     import stages.triplets as triplets_stage
 
     truncate(Path(CORPUS_FILE))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import env
 
-from stages.core.data_manifest import Dataset
+from stages.core.schema.data_manifest import Dataset
 from stages.download import CACHE_DIR, HttpOptions, download_dataset
 
 pytestmark = pytest.mark.faults
@@ -73,7 +73,7 @@ def server() -> Iterator[SlowServer]:
 CHILD = """
 import sys
 from pathlib import Path
-from stages.core.data_manifest import Dataset
+from stages.core.schema.data_manifest import Dataset
 from stages.download import HttpOptions, download_dataset
 dataset = Dataset.model_validate_json(sys.argv[1])
 download_dataset(dataset, Path(sys.argv[2]), source="remote",

@@ -22,7 +22,7 @@ from fault_helpers import (
 
 import stages.train as train_stage
 from stages.core.errors import StageError
-from stages.training.resume import latest_checkpoint, load_checkpoint
+from stages.training.checkpoints import latest_checkpoint, load_checkpoint
 
 pytestmark = pytest.mark.faults
 

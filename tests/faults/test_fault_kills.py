@@ -22,10 +22,10 @@ from fault_helpers import (
     run_id,
 )
 
-import stages.evaluate_mteb as mteb_stage
-import stages.evaluate_senteval as senteval_stage
+import stages.evaluations.mteb as mteb_stage
+import stages.evaluations.senteval as senteval_stage
 import stages.train as train_stage
-from stages.core.run_store import read_log
+from stages.core.storage.run_folders import read_log
 
 pytestmark = pytest.mark.faults
 
@@ -34,9 +34,9 @@ ENCODE = "stages.modeling.encoder:SentenceEncoder.__call__"
 TRAIN_KILLS = {
     "before-the-first-checkpoint": ("stages.training.loop:_Training._train_step", 2, "before", 0),
     "right-after-a-checkpoint": ("stages.training.loop:save_checkpoint", 1, "after", 1),
-    "during-dev-evaluation": ("stages.training.dev:DevEncoder.__call__", 1, "after", 1),
+    "during-dev-evaluation": ("stages.training.dev_encoder:DevEncoder.__call__", 1, "after", 1),
     "before-the-finished-run-is-renamed": (
-        "stages.training.runner:remove_checkpoints", 1, "before", 0),
+        "stages.training.run_folder:remove_checkpoints", 1, "before", 0),
 }  # fmt: skip
 
 

@@ -67,14 +67,14 @@ def expected_message(case: str) -> str:
 # Every stage entry point that reads params.yaml, with arguments that would otherwise work.
 ENTRY_POINTS = {
     "stages.train": [EXPERIMENT],
-    "stages.evaluate_senteval": ["--experiment", EXPERIMENT],
-    "stages.evaluate_mteb": ["--experiment", EXPERIMENT],
+    "stages.evaluations.senteval": ["--experiment", EXPERIMENT],
+    "stages.evaluations.mteb": ["--experiment", EXPERIMENT],
     "stages.triplets": ["--corpus", "data/corpus/x.txt", "--backbone", "tiny", "--output", "t.pq"],
     "stages.download": ["corpus"],
     "stages.figures": [],
     "stages.report": [],
-    "stages.pipeline": ["status"],
-    "stages.estimates": [],
+    "stages.commands.pipeline": ["status"],
+    "stages.commands.estimates": [],
 }
 
 

@@ -27,10 +27,10 @@ from fault_helpers import (
 )
 
 import stages.train as train_stage
-import stages.training.runner as runner
-from stages.core.params import load_params
-from stages.core.run_lock import STALE_AFTER_S, RunLocked, machine, run_lock
-from stages.core.run_store import status_rows
+import stages.training.run_folder as runner
+from stages.core.planning.status import status_rows
+from stages.core.schema.params import load_params
+from stages.core.storage.run_lock import STALE_AFTER_S, RunLocked, machine, run_lock
 
 pytestmark = pytest.mark.faults
 
@@ -49,7 +49,7 @@ def test_two_trainers_of_one_run_one_trains_the_other_names_it(
     # than a second, a stage's start several).
     release = tmp_path / "release"
     first = subprocess.Popen(
-        [sys.executable, str(KILL_POINT), "stages.training.runner:train", "1", "before", "--",
+        [sys.executable, str(KILL_POINT), "stages.training.run_folder:train", "1", "before", "--",
          "stages.train", EXPERIMENT, "--params", "params.yaml"],
         cwd=root, env=env(HOLD_UNTIL=str(release)), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,

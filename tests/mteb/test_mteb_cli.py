@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from mteb_testing import save_tiny_bert, write_stsb
 
-from stages.cli import run
+from stages.core.cli import run
 from stages.core.errors import StageError
-from stages.evaluate_mteb import main
+from stages.evaluations.mteb import main
 from stages.modeling.encoder import SentenceEncoder
 
 PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
@@ -100,7 +100,7 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
         calls.append((name, params.mteb.tasks, batch_size, device))
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
-    monkeypatch.setattr("stages.evaluation_target.encoder_for", encoder_for)
+    monkeypatch.setattr("stages.evaluations.target.encoder_for", encoder_for)
     main(
         [
             "--experiment",

@@ -14,11 +14,11 @@ from mteb.models import ModelMeta
 from mteb.results import TaskResult
 from mteb_testing import save_tiny_bert, write_stsb
 
-from stages.core.evaluations import EVALUATIONS
+from stages.core.schema.evaluation_settings import EVALUATIONS
 from stages.modeling.encoder import SentenceEncoder
-from stages.mteb_protocol import evaluate as evaluate_module
-from stages.mteb_protocol.evaluate import LocalData, NoTaskEvaluated, evaluate_mteb, probe_hub
-from stages.mteb_protocol.model import MtebEncoder
+from stages.mteb_protocol import benchmark as evaluate_module
+from stages.mteb_protocol.benchmark import LocalData, NoTaskEvaluated, evaluate_mteb, probe_hub
+from stages.mteb_protocol.mteb_encoder import MtebEncoder
 
 STSB = "STSBenchmark"
 
@@ -185,7 +185,7 @@ def test_a_result_of_other_evaluation_code_or_mteb_is_recomputed(
 ) -> None:
     """The stage reruns when its code changes (its id covers the code); the cache must not
     answer it with the scores the old code, or another mteb version, computed."""
-    from stages.mteb_protocol import model as wrapper
+    from stages.mteb_protocol import mteb_encoder as wrapper
 
     cache = tmp_path / "cache"
     assert _evaluate(runs[0], local, cache)["tasks"][STSB]["from_cache"] is False

@@ -13,7 +13,7 @@ from mteb.models import EncoderProtocol
 from mteb_testing import save_tiny_bert
 
 from stages.modeling.encoder import SentenceEncoder
-from stages.mteb_protocol.model import MtebEncoder, declared_max_length, model_label
+from stages.mteb_protocol.mteb_encoder import MtebEncoder, declared_max_length, model_label
 
 TEXTS = ["a man plays a guitar .", "two dogs run", "", "a man plays a guitar .", "hi", "x y z"]
 

@@ -14,7 +14,7 @@ import yaml
 from mteb.cache import ResultCache
 from mteb_testing import save_tiny_bert, write_stsb
 
-from stages.evaluate_mteb import main
+from stages.evaluations.mteb import main
 from stages.modeling.encoder import SentenceEncoder
 
 BASELINE = "baseline.minilm-mean"
@@ -70,14 +70,14 @@ def test_a_reused_evaluation_writes_its_mteb_results_again(
     def encoder_for(name, params, *, batch_size, device):
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
-    monkeypatch.setattr("stages.evaluation_target.encoder_for", encoder_for)
+    monkeypatch.setattr("stages.evaluations.target.encoder_for", encoder_for)
     main(["--experiment", BASELINE])
     native = tmp_path / "experiments" / BASELINE / "mteb_results"
     computed = files(native)
     assert any(name.endswith("STSBenchmark.json") for name in computed)
     shutil.rmtree(native)  # deleted by hand, or never copied by `dvc exp` / a fresh checkout
 
-    monkeypatch.setattr("stages.evaluation_target.encoder_for", None)  # nothing is encoded
+    monkeypatch.setattr("stages.evaluations.target.encoder_for", None)  # nothing is encoded
     capsys.readouterr()
     main(["--experiment", BASELINE])
     assert "the stored result of the same evaluation" in capsys.readouterr().out
@@ -88,7 +88,7 @@ def test_a_reused_evaluation_writes_its_mteb_results_again(
     heavy = ("torch", "transformers", "mteb", "sentence_transformers")
     script = (
         "import json, sys\n"
-        "from stages.evaluate_mteb import main\n"
+        "from stages.evaluations.mteb import main\n"
         f"main(['--experiment', {BASELINE!r}])\n"
         f"print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))\n"
     )

@@ -8,8 +8,8 @@ from pathlib import Path
 import mteb
 import pytest
 
-from stages.core.evaluations import MtebParams
-from stages.core.mteb_task_sets import (
+from stages.core.schema.evaluation_settings import MtebParams
+from stages.core.schema.mteb_task_sets import (
     BENCHMARK_NARROWED,
     SIMACE56,
     SIMACE56_BENCHMARK,
@@ -18,7 +18,7 @@ from stages.core.mteb_task_sets import (
     task_names,
     unknown_task_names,
 )
-from stages.core.params import ParamsError, load_params
+from stages.core.schema.params import ParamsError, load_params
 from stages.mteb_protocol.tasks import build_tasks
 
 PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"

@@ -10,8 +10,8 @@ import math
 import pytest
 import yaml
 
-from stages.core.objective_settings import OBJECTIVES, SETTINGS_BY_NAME, check_registry
-from stages.core.params import DEFAULT_PARAMS, ParamsError, parse_params
+from stages.core.schema.objective_settings import OBJECTIVES, SETTINGS_BY_NAME, check_registry
+from stages.core.schema.params import DEFAULT_PARAMS, ParamsError, parse_params
 from stages.objectives.registry import all_loss_classes, build_objective
 
 PAPER_DEFAULTS = {  # the five papers' objectives (and SimCSE's), BERT-base

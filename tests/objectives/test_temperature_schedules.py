@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from stages.core.temperature_settings import TemperatureSchedule
+from stages.core.schema.temperature_settings import TemperatureSchedule
 from stages.objectives.temperature import tau_at
 
 

@@ -13,15 +13,15 @@ import pytest
 import yaml
 from scipy import stats
 
-from stages.core import layout
-from stages.core.params import Params, load_params
-from stages.core.runs import evaluation_id, plan_runs
+from stages.core.identity.experiments import evaluation_id, plan_runs
+from stages.core.schema.params import Params, load_params
+from stages.core.storage import layout
 from stages.report import build_report
 from stages.reporting.collect import RESULT_SCHEMA, Planned, collect
-from stages.reporting.figures import detect_sweeps
+from stages.reporting.plots import detect_sweeps
 from stages.reporting.significance import significance
 from stages.reporting.tables import paper_tables, results_table, seed_summary
-from stages.senteval_protocol.evaluate import _summary
+from stages.senteval_protocol.protocol import _summary
 from stages.senteval_protocol.sts import alignment_uniformity
 from stages.train import curve_tables
 
@@ -318,7 +318,7 @@ def test_temperature_sweep_detected_from_settings_not_names(params: Params) -> N
 def test_a_sweep_is_drawn_against_its_own_methods_published_sweep(params: Params) -> None:
     """The SimCSE temperature sweep against SimCSE's published points, not another method's
     sweep of a parameter with the same name (SimACE's tau, ArcCon's margin)."""
-    from stages.reporting.figures import sweep_plot
+    from stages.reporting.plots import sweep_plot
 
     planned = collect(params, Path("/nonexistent")).planned
     sweeps = detect_sweeps(planned, "tau")
@@ -345,7 +345,7 @@ def test_report_with_nothing_finished(params: Params, tmp_path: Path) -> None:
 
 def test_angle_distributions_from_the_senteval_embedding_cache(tmp_path: Path) -> None:
     from stages.reporting.collect import stsb_dev_angles
-    from stages.reporting.figures import angle_distributions
+    from stages.reporting.plots import angle_distributions
     from stages.senteval_protocol.cache import EmbeddingCache
     from stages.senteval_protocol.loaders import downstream_dir, load_task
 

@@ -18,8 +18,8 @@ from test_report import built, params, project  # noqa: F401  (the report fixtur
 
 from stages.reporting.collect import RESULT_SCHEMA
 from stages.reporting.comparison import compare, comparison_table
-from stages.reporting.figures import training_curves
 from stages.reporting.forest import forest_plot
+from stages.reporting.plots import training_curves
 from stages.reporting.styles import RunStyles
 
 SIMCSE = {1: 76.0, 2: 77.0, 3: 75.5, 4: 76.2}

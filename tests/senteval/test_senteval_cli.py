@@ -11,9 +11,9 @@ import torch
 from senteval_testing import save_tiny_bert, write_senteval_tree
 from transformers import AutoModel, AutoTokenizer
 
-from stages.cli import run
+from stages.core.cli import run
 from stages.core.errors import StageError
-from stages.evaluate_senteval import main
+from stages.evaluations.senteval import main
 
 
 @pytest.fixture(scope="module")

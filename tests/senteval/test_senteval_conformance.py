@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS as STS_TASKS
 from stages.modeling.encoder import SentenceEncoder
-from stages.senteval_protocol.evaluate import evaluate
+from stages.senteval_protocol.protocol import evaluate
 
 pytestmark = pytest.mark.parity  # real-model parity with SentEval: pytest -m parity
 

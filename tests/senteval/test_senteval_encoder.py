@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from senteval_testing import save_tiny_bert
 from transformers import AutoModel, AutoTokenizer
 
-from stages.core import layout
+from stages.core.storage import layout
 from stages.modeling.checkpoint import EncoderInfo, write_encoder_info
 from stages.modeling.encoder import EncoderError, SentenceEncoder, length_batches
 from stages.modeling.pooling import pool

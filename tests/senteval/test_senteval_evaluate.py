@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from senteval_testing import BagOfWords
 
-from stages.core.evaluations import SENTEVAL_STS_TASKS as STS_TASKS
-from stages.core.evaluations import SENTEVAL_TASKS as TASKS
-from stages.core.evaluations import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS as STS_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_TASKS as TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
 from stages.senteval_protocol.cache import EmbeddingCache
-from stages.senteval_protocol.dev import StsbDevEvaluation
 from stages.senteval_protocol.embeddings import EncoderOutputError
-from stages.senteval_protocol.evaluate import evaluate, table_average
 from stages.senteval_protocol.loaders import downstream_dir, load_task
+from stages.senteval_protocol.protocol import evaluate, table_average
+from stages.senteval_protocol.stsb_dev import StsbDevEvaluation
 from stages.senteval_protocol.transfer import majority_accuracy
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stages.core.evaluations import SENTEVAL_TASKS
+from stages.core.schema.evaluation_settings import SENTEVAL_TASKS
 from stages.senteval_protocol.loaders import (
     TASK_FOLDERS,
     DataFormatError,
@@ -26,7 +26,8 @@ def _write(path: Path, text: str | bytes) -> None:
 def test_every_registered_task_has_a_folder_and_loads_from_the_synthetic_tree(
     senteval_root: Path,
 ) -> None:
-    # the registry (stages.core.evaluations) names the tasks; the loaders must read each of them
+    # the registry (stages.core.schema.evaluation_settings) names the tasks; the loaders must read
+    # each of them
     assert set(TASK_FOLDERS) == set(SENTEVAL_TASKS)
     down = downstream_dir(senteval_root)
     for name in SENTEVAL_TASKS:

@@ -12,8 +12,8 @@ from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
 from stages.senteval_protocol.cache import EmbeddingCache
-from stages.senteval_protocol.evaluate import EmbeddingTable
 from stages.senteval_protocol.loaders import StsPairs, StsTask
+from stages.senteval_protocol.protocol import EmbeddingTable
 from stages.senteval_protocol.sts import (
     _uniformity,
     alignment_uniformity,

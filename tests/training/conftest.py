@@ -6,7 +6,7 @@ import pytest
 from train_helpers import TINY, write_small_data
 
 from stages.modeling.backbone import load_tokenizer
-from stages.training.runner import stsb_dev_evaluator
+from stages.training.run_folder import stsb_dev_evaluator
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from torch import nn
 from train_helpers import SENTENCES, make_job, padded_batch
 from transformers import AutoConfig
 
-from stages.core.params import POOLERS, BackboneParams, RandomInit
+from stages.core.schema.params import POOLERS, BackboneParams, RandomInit
 from stages.modeling import unpadded
 from stages.modeling.backbone import load_backbone
 from stages.modeling.backbone_adapters import ADAPTERS, adapter_for
@@ -34,8 +34,8 @@ from stages.modeling.unpadded import (
     attention_bias,
     unpadding_unsupported,
 )
+from stages.training.contrastive_model import ContrastiveModel, dropout_disabled, reset_mlp_head
 from stages.training.loop import train
-from stages.training.model import ContrastiveModel, dropout_disabled, reset_mlp_head
 
 # Beyond the shared sizes (RandomInit below): what makes the tiny config its architecture.
 TINY_CONFIGS: dict[str, dict[str, Any]] = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.params import BackboneParams
+from stages.core.schema.params import BackboneParams
 from stages.modeling.backbone import ModelLoadError, load_backbone, load_tokenizer
 from stages.modeling.encoder import SentenceEncoder
 

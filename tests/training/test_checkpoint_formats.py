@@ -12,7 +12,7 @@ from sentence_transformers import SentenceTransformer
 from train_helpers import TINY
 from transformers import AutoModel
 
-from stages.core.params import POOLERS
+from stages.core.schema.params import POOLERS
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.modeling.checkpoint import EncoderInfo
 from stages.modeling.encoder import SentenceEncoder

@@ -17,7 +17,7 @@ import pytest
 import torch
 from train_helpers import make_job, model_weights
 
-from stages.core.run_store import read_log
+from stages.core.storage.run_folders import read_log
 from stages.modeling import unpadded
 from stages.training.loop import train
 

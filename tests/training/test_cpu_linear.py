@@ -14,7 +14,7 @@ from train_helpers import TINY, make_job, padded_batch
 
 import stages.modeling.cpu_linear as cpu_linear
 import stages.training.loop as loop
-from stages.core.params import POOLERS
+from stages.core.schema.params import POOLERS
 from stages.modeling.backbone import load_backbone
 from stages.modeling.cpu_linear import (
     OneDnnLinear,
@@ -24,7 +24,7 @@ from stages.modeling.cpu_linear import (
     onednn_matmul_is_fp32,
     use_onednn_linear,
 )
-from stages.training.model import ContrastiveModel
+from stages.training.contrastive_model import ContrastiveModel
 from stages.training.parts import load_encoder
 from stages.training.runtime import resolve_runtime
 

@@ -13,10 +13,10 @@ from train_helpers import TINY
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.objectives.arccse import ArcCSE
 from stages.objectives.infonce import InfoNCE
+from stages.training.contrastive_model import ContrastiveModel
 from stages.training.data import pad_rows
 from stages.training.distributed import Distributed
 from stages.training.loop import Batch, contrastive_loss
-from stages.training.model import ContrastiveModel
 from stages.training.runtime import resolve_runtime
 
 pytestmark = pytest.mark.slow  # two real processes with a gloo process group

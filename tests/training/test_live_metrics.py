@@ -17,9 +17,9 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from train_helpers import make_job
 
-from stages.core.params import load_params
-from stages.core.run_store import read_log
-from stages.core.runs import plan_runs
+from stages.core.identity.experiments import plan_runs
+from stages.core.schema.params import load_params
+from stages.core.storage.run_folders import read_log
 from stages.training.live import RunLog, open_run_log
 from stages.training.loop import train
 from stages.training.records import JsonlLog

@@ -24,9 +24,9 @@ from train_helpers import (
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from stages.core.errors import StageError
-from stages.core.params import BackboneParams
-from stages.core.run_store import read_log
-from stages.core.temperature_settings import TemperatureSchedule
+from stages.core.schema.params import BackboneParams
+from stages.core.schema.temperature_settings import TemperatureSchedule
+from stages.core.storage.run_folders import read_log
 from stages.modeling import cpu_linear
 from stages.modeling.backbone import load_backbone
 from stages.modeling.checkpoint import read_encoder_info
@@ -34,13 +34,13 @@ from stages.modeling.dropout import use_fast_dropout
 from stages.modeling.unpadded import Packing
 from stages.objectives.arccse import ArcCSE
 from stages.objectives.registry import all_loss_classes
+from stages.training.checkpoints import latest_checkpoint
+from stages.training.contrastive_model import ContrastiveModel, reset_mlp_head
 from stages.training.data import pad_rows, read_corpus
-from stages.training.dev import DevEncoder
+from stages.training.dev_encoder import DevEncoder
 from stages.training.distributed import Distributed
 from stages.training.loop import Batch, _Training, contrastive_loss, train
-from stages.training.model import ContrastiveModel, reset_mlp_head
 from stages.training.records import NonFiniteLossError
-from stages.training.resume import latest_checkpoint
 from stages.training.runtime import resolve_runtime
 
 

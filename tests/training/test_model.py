@@ -8,7 +8,7 @@ from transformers import RobertaConfig, RobertaModel
 from stages.modeling.backbone import load_backbone
 from stages.modeling.dropout import use_fast_dropout
 from stages.modeling.unpadded import attention_bias
-from stages.training.model import (
+from stages.training.contrastive_model import (
     ContrastiveModel,
     dropout_disabled,
     enable_gradient_checkpointing,

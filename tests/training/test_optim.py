@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from stages.core.params import SamParams, TrainParams
+from stages.core.schema.params import SamParams, TrainParams
 from stages.training import runtime
 from stages.training.optim import (
     SharpnessAware,

@@ -20,11 +20,11 @@ from scipy.stats import spearmanr
 from train_helpers import TINY, assert_same_weights, copy_real_data, without_timing
 
 import stages.train as stage
-import stages.training.runner as runner
+import stages.training.run_folder as runner
 from stages.core.errors import StageError
-from stages.core.params import load_params
-from stages.core.run_store import read_log
-from stages.core.runs import plan_runs
+from stages.core.identity.experiments import plan_runs
+from stages.core.schema.params import load_params
+from stages.core.storage.run_folders import read_log
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = "simcse.tiny.s1"

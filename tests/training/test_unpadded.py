@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from train_helpers import SENTENCES, TINY, HostReadWatch, padded_batch
 from transformers import RobertaConfig, RobertaModel
 
-from stages.core.params import POOLERS
+from stages.core.schema.params import POOLERS
 from stages.modeling.backbone import load_backbone
 from stages.modeling.batched_attention import batched_attention
 from stages.modeling.cpu_linear import onednn_linear_available
@@ -25,8 +25,8 @@ from stages.modeling.unpadded import (
     unpadding_unsupported,
 )
 from stages.training.batch import make_batch
+from stages.training.contrastive_model import ContrastiveModel
 from stages.training.data import BatchPlan, TokenRows
-from stages.training.model import ContrastiveModel
 from stages.training.runtime import resolve_runtime
 
 
@@ -490,7 +490,7 @@ def test_training_unpadded_or_padded_gives_the_same_run(
     up to float rounding."""
     from train_helpers import make_job, model_weights
 
-    from stages.core.run_store import read_log
+    from stages.core.storage.run_folders import read_log
     from stages.training.loop import train
 
     runs = {}

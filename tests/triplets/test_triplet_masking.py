@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from stages.core.params import TripletsParams
-from stages.triplet_masking import (
+from stages.core.schema.params import TripletsParams
+from stages.masked_triplets.masking import (
     SKIP_REASONS,
     TRIPLETS_SCHEMA,
     MaskingTokenizer,

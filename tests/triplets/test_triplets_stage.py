@@ -12,12 +12,12 @@ import polars as pl
 import pytest
 import yaml
 
-from stages.core.code_identity import code_identity
 from stages.core.errors import StageError
-from stages.core.params import TripletsParams, load_params, parse_params
-from stages.core.runs import TRIPLETS_CODE, triplets_id
-from stages.triplet_file import read_triplets, write_triplets
-from stages.triplet_masking import TRIPLETS_SCHEMA, split_lines
+from stages.core.identity.code import code_identity
+from stages.core.identity.experiments import TRIPLETS_CODE, triplets_id
+from stages.core.schema.params import TripletsParams, load_params, parse_params
+from stages.masked_triplets.file_format import read_triplets, write_triplets
+from stages.masked_triplets.masking import TRIPLETS_SCHEMA, split_lines
 from stages.triplets import (
     main,
     stats_path,
@@ -218,7 +218,7 @@ def test_triplets_id_names_every_input():
     ids = {triplets_id(parse_params(raw | v), "bert-base", "arccse") for v in variants}
     assert len(ids) == len(variants) and base not in ids
     assert code_identity(TRIPLETS_CODE).keys() >= {
-        "stages/triplet_masking.py",
+        "stages/masked_triplets/masking.py",
         "stages/triplets.py",
     }
 

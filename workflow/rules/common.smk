@@ -1,15 +1,15 @@
-# The jobs of stages.core.jobs for the rules (workflow/rules/jobs.py); each rule's shell line
+# The jobs of stages.core.planning.jobs for the rules (workflow/rules/rule_jobs.py); each rule's shell line
 # spells out the same command as the job's `cmd` in dvc.yaml (tests/test_pipeline.py checks it).
 import sys
 
 sys.path.insert(0, workflow.basedir)
 sys.path.insert(0, f"{workflow.basedir}/workflow/rules")
 
-from jobs import RuleJobs
+from rule_jobs import RuleJobs
 
-from stages.core import cpu_guard
+from stages.core.planning import cpu_guard
 from stages.core.errors import ParamsError
-from stages.core.params import load_params
+from stages.core.schema.params import load_params
 
 try:
     JOBS = RuleJobs(load_params(PARAMS_FILE), PARAMS_FILE)

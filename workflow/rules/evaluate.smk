@@ -1,4 +1,4 @@
-# One rule for every registered evaluation (stages/core/evaluations.py): the job of
+# One rule for every registered evaluation (stages/core/schema/evaluation_settings.py): the job of
 # (evaluation, experiment) gives the stage module, inputs, code fingerprint and time limit.
 rule evaluate:
     input:

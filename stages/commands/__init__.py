@@ -1,0 +1,1 @@
+"""Commands: the pipeline's status, DVC file, dry run, runs store, export."""

@@ -1,0 +1,1 @@
+"""What determines an output: its code, its environment, and the ids of runs and evaluations."""

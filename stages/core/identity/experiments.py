@@ -1,0 +1,311 @@
+"""The run model: the matrix expanded into runs and evaluations with content-addressed ids.
+
+A run is one (method, backbone, seed) cell of ``experiments`` in params.yaml. ``Run`` is the one
+type that training, evaluation, the job graph and the report share: its settings, its identity
+and id, and every path it reads or writes. Its id hashes everything that determines its result:
+
+- the method's objective, temperature schedule and train settings on that backbone (execution-only
+  train keys left out), the backbone and its revision, the seed;
+- the data by content: the corpus and STS-B dev (checkpoint selection) by sha256, the masked
+  triplets by their own id (which covers the masking code);
+- the code: the fingerprint of every source file training runs (``code_identity``), including
+  the loss module of its own objective and no other;
+- with ``identity.environment: major_minor``, the torch and transformers versions.
+
+So the same configuration always maps to the same ``runs/<run_id>/`` and is never trained twice,
+changing one method's tau touches only that method's runs, and editing one loss's arithmetic
+retrains exactly the runs that use it. Evaluations are addressed the same way
+(``evaluation_id``): their run's id, their params section, their protocol's code and data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
+from typing import Any
+
+from stages.core.errors import StageError
+from stages.core.identity.code import code_files, code_identity
+from stages.core.identity.environment import id_environment
+from stages.core.schema.data_manifest import load_manifest
+from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.core.schema.objective_settings import OBJECTIVES, ObjectiveSettings
+from stages.core.schema.params import (
+    PACKAGE_PREFIX,
+    BackboneParams,
+    BaselineParams,
+    Params,
+    ResolvedMethod,
+)
+from stages.core.storage import layout
+from stages.core.storage.hashing import folder_digest
+
+# Settings that change how a run executes but not what it computes; left out of the id.
+EXECUTION_ONLY_TRAIN_KEYS = frozenset(
+    {"device", "log_steps", "checkpoint_steps", "compile", "unpad", "loggers"}
+)
+# Bump only when the layout of the identity itself changes (code changes are covered by it).
+ID_SCHEMA = 2
+STSB_DEV = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"
+ID_LENGTH = 16
+
+# The entry modules of each output kind; their import closures are the code they cover.
+TRAIN_CODE = ("stages.train", "stages.objectives.temperature")
+TRIPLETS_CODE = ("stages.triplets",)
+FIGURES_CODE = ("stages.figures",)
+REPORT_CODE = ("stages.report",)
+
+
+def content_hash(payload: Any, length: int = ID_LENGTH) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:length]
+
+
+def experiment_name(method: str, backbone: str, seed: int) -> str:
+    return f"{method}.{backbone}.s{seed}"
+
+
+def baseline_name(baseline: str) -> str:
+    return f"baseline.{baseline}"
+
+
+def loss_module(objective: ObjectiveSettings) -> str:
+    return OBJECTIVES[type(objective)].split(":")[0]
+
+
+def train_code_modules(objective: ObjectiveSettings) -> tuple[str, ...]:
+    return (*TRAIN_CODE, loss_module(objective))
+
+
+@cache
+def _manifest_checksums() -> dict[str, str | None]:
+    manifest = load_manifest()
+    return {f.path: f.sha256 for d in manifest.datasets.values() for f in d.files}
+
+
+def data_sha256(path: Path) -> str | None:
+    """The manifest's sha256 of a file under data/ (what the download verified)."""
+    return _manifest_checksums().get(path.relative_to(layout.DATA).as_posix())
+
+
+def corpus_identity(params: Params) -> dict[str, Any]:
+    """The training sentences, by content."""
+    return {
+        "corpus": params.data.corpus,
+        "sha256": data_sha256(layout.corpus_file(params.data.corpus)),
+        "max_sentences": params.data.max_sentences,
+    }
+
+
+def dev_set_identity() -> str | None:
+    """STS-B dev selects the best checkpoint, so it is part of what determines a run."""
+    return _manifest_checksums()[STSB_DEV]
+
+
+def local_model_folder(spec: BackboneParams) -> tuple[str, ...]:
+    """The backbone's folder when it is a local one (a job dependency), else nothing."""
+    is_folder = not spec.model.startswith(PACKAGE_PREFIX) and Path(spec.model).is_dir()
+    return (spec.model,) if is_folder else ()
+
+
+def local_model_files(spec: BackboneParams) -> dict[str, str]:
+    """``{"files": digest}`` of a backbone that is a local folder, else nothing: a hub id with
+    its revision or an installed package names its files, but a folder can be overwritten in
+    place, so its path names nothing (``hashing.folder_digest``, cached by file stat)."""
+    folders = local_model_folder(spec)
+    return {"files": folder_digest(Path(folders[0]))} if folders else {}
+
+
+def backbone_identity(spec: BackboneParams) -> dict[str, Any]:
+    """The backbone's settings, and a local folder's files by content."""
+    return {**spec.model_dump(mode="json"), **local_model_files(spec)}
+
+
+def triplets_id(params: Params, backbone: str, method: str) -> str:
+    """Content address of the masked-triplet file ``method``'s runs on ``backbone`` read: the
+    corpus, the tokenizer (model and revision), the method's triplets settings and the masking
+    code. Methods with the same settings share one file."""
+    spec = params.backbones[backbone]
+    return content_hash(
+        {
+            "corpus": corpus_identity(params)["sha256"] or params.data.corpus,
+            "tokenizer": f"{spec.model}@{spec.revision}",
+            **local_model_files(spec),
+            "params": params.triplets_for(method).model_dump(mode="json"),
+            "code": code_identity(TRIPLETS_CODE),
+            "environment": id_environment(params.identity.environment),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    """One trained run: its settings, identity, id and paths."""
+
+    name: str
+    method: str
+    backbone: str
+    seed: int
+    settings: ResolvedMethod
+    backbone_spec: BackboneParams
+    corpus: Path
+    max_sentences: int | None
+    triplets_id: str | None
+    identity: dict[str, Any]
+
+    @cached_property
+    def run_id(self) -> str:
+        return content_hash(self.identity)
+
+    @property
+    def needs_triplets(self) -> bool:
+        return self.triplets_id is not None
+
+    @property
+    def triplets(self) -> Path | None:
+        return layout.triplets_file(self.triplets_id) if self.triplets_id else None
+
+    @property
+    def run_dir(self) -> Path:
+        """The finished run in the runs store (appears only when complete)."""
+        return layout.run_dir(self.run_id)
+
+    @property
+    def partial_dir(self) -> Path:
+        """Where the run trains and resumes until it is complete."""
+        return self.run_dir.with_name(self.run_id + ".partial")
+
+    @property
+    def pointer_file(self) -> Path:
+        """experiments/<name>/train.json: the small file the orchestrators track."""
+        return layout.experiment_dir(self.name) / "train.json"
+
+    @property
+    def curve_files(self) -> tuple[Path, Path]:
+        return layout.train_steps_file(self.name), layout.dev_curve_file(self.name)
+
+    @property
+    def code_modules(self) -> tuple[str, ...]:
+        return train_code_modules(self.settings.objective)
+
+    @property
+    def code_files(self) -> tuple[str, ...]:
+        return code_files(self.code_modules)
+
+    def config(self) -> dict[str, Any]:
+        """config.json of the run: its identity (what the id hashes) and resolved settings."""
+        return {
+            "run_id": self.run_id,
+            "experiment": self.name,
+            "method": self.method,
+            "backbone": self.backbone,
+            "seed": self.seed,
+            "identity": self.identity,
+            "settings": self.settings.model_dump(mode="json"),
+            "backbone_spec": self.backbone_spec.model_dump(mode="json"),
+            "corpus": str(self.corpus),
+            "triplets": str(self.triplets) if self.triplets else None,
+            "triplets_id": self.triplets_id,
+        }
+
+
+def make_run(
+    params: Params,
+    method: str,
+    backbone: str,
+    seed: int,
+    code_memo: dict[tuple[str, ...], dict[str, str]] | None = None,
+) -> Run:
+    """The run of (method, backbone, seed). ``code_memo`` shares the code identities of a
+    matrix's runs: they differ only by loss module, and the import closure is read from disk."""
+    settings = params.resolve(method, backbone)
+    modules = train_code_modules(settings.objective)
+    memo = {} if code_memo is None else code_memo
+    if modules not in memo:
+        memo[modules] = code_identity(modules)
+    train = settings.train.model_dump(mode="json", exclude=set(EXECUTION_ONLY_TRAIN_KEYS))
+    tid = triplets_id(params, backbone, method) if settings.objective.needs_triplets else None
+    identity = {
+        "id_schema": ID_SCHEMA,
+        "objective": settings.objective.model_dump(mode="json"),
+        "objective_derived": settings.objective.derived(),
+        "temperature": settings.temperature.model_dump(mode="json"),
+        "train": train,
+        "backbone": backbone_identity(params.backbones[backbone]),
+        "seed": seed,
+        "corpus": corpus_identity(params),
+        "triplets": tid,
+        "dev_set": dev_set_identity(),
+        "code": memo[modules],
+        "environment": id_environment(params.identity.environment),
+    }
+    return Run(
+        name=experiment_name(method, backbone, seed),
+        method=method,
+        backbone=backbone,
+        seed=seed,
+        settings=settings,
+        backbone_spec=params.backbones[backbone],
+        corpus=layout.corpus_file(params.data.corpus),
+        max_sentences=params.data.max_sentences,
+        triplets_id=tid,
+        identity=identity,
+    )
+
+
+def plan_runs(params: Params) -> dict[str, Run]:
+    """Every run of the matrix by experiment name, in params order, duplicates merged."""
+    runs: dict[str, Run] = {}
+    code_memo: dict[tuple[str, ...], dict[str, str]] = {}
+    for group in params.experiments:
+        for method in group.methods:
+            for backbone in group.backbones:
+                for seed in group.seeds:
+                    name = experiment_name(method, backbone, seed)
+                    if name not in runs:
+                        runs[name] = make_run(params, method, backbone, seed, code_memo)
+    return runs
+
+
+def planned_run(params: Params, name: str) -> Run:
+    """The run of experiment ``name``; a StageError listing the planned ones otherwise."""
+    runs = plan_runs(params)
+    if name not in runs:
+        raise StageError(f"unknown experiment '{name}'; planned: {', '.join(runs) or '(none)'}")
+    return runs[name]
+
+
+def plan_baselines(params: Params) -> dict[str, BaselineParams]:
+    return {baseline_name(name): spec for name, spec in params.baselines.items()}
+
+
+def evaluated_identity(name: str, params: Params, runs: dict[str, Run]) -> dict[str, Any]:
+    """What an evaluation scores: a run (by id) or a baseline (its pretrained backbone)."""
+    if name in runs:
+        return {"run_id": runs[name].run_id}
+    baseline = plan_baselines(params)[name]
+    return {
+        "baseline": baseline.model_dump(mode="json"),
+        "backbone": backbone_identity(params.backbones[baseline.backbone]),
+    }
+
+
+def evaluation_id(evaluation: str, name: str, params: Params, runs: dict[str, Run]) -> str:
+    """Content address of registered evaluation ``evaluation`` of experiment ``name``: what it
+    scores, its settings, its data, its stage module's code and the environment switch."""
+    registered = EVALUATIONS[evaluation]
+    method = runs[name].method if name in runs else None
+    settings = params.evaluation_settings(evaluation, method)
+    return content_hash(
+        {
+            "stage": evaluation,
+            "evaluated": evaluated_identity(name, params, runs),
+            "params": settings.model_dump(mode="json"),
+            "data": content_hash(settings.data_identity()),
+            "code": code_identity(registered.code_modules),
+            "environment": id_environment(params.identity.environment),
+        }
+    )

@@ -1,0 +1,153 @@
+"""What the runs store holds: which runs are complete, what they were computed with, and runs
+made before code identity existed (``ID_SCHEMA`` 1), which are listed but reused only on request.
+
+A run is complete when every file of ``RUN_FILES`` is there; the folder's name alone proves
+nothing (it appears by one rename after the files are written, but a store can be damaged).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from stages.core.errors import StageError
+from stages.core.identity.experiments import Run, evaluation_id, plan_runs
+from stages.core.schema.evaluation_settings import output_file
+from stages.core.schema.params import Params
+from stages.core.storage import layout
+from stages.core.storage.atomic import rename_durably, write_json
+from stages.core.storage.run_folders import (
+    CONFIG_FILE,
+    environment_summary,
+    is_complete,
+    missing_files,
+    origin_label,
+    read_config,
+)
+from stages.core.storage.run_lock import is_stale, lock_holder, lock_path
+from stages.core.storage.shared_store import read_origin
+
+# Identity keys a run made before code identity lacks; without them its identity may still match.
+NEW_IN_SCHEMA_2 = ("id_schema", "code", "environment")
+
+
+def _without(identity: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in identity.items() if k not in NEW_IN_SCHEMA_2}
+
+
+def legacy_run_for(run: Run) -> Path | None:
+    """A complete run made before code identity whose other settings equal ``run``'s."""
+    if not layout.RUNS.is_dir():
+        return None
+    wanted = _without(run.identity)
+    for folder in sorted(layout.RUNS.iterdir()):
+        config = read_config(folder)
+        if not config or not is_complete(folder):
+            continue
+        identity = config.get("identity", {})
+        if "code" not in identity and _without(identity) == wanted:
+            return folder
+    return None
+
+
+def run_state(run: Run) -> str:
+    if run.run_dir.is_dir():
+        missing = missing_files(run.run_dir)
+        if missing:
+            return f"broken (missing {', '.join(missing)})"
+        config = read_config(run.run_dir) or {}
+        if "adopted_from" in config:
+            return "yes (adopted, code unknown)"
+        return f"yes ({origin_label(read_origin(run.run_dir))})"
+    lock = lock_path(run.run_dir)
+    if lock.is_file() and not is_stale(lock):
+        return f"training ({lock_holder(lock)})"
+    if run.partial_dir.is_dir():
+        return "partial (resumes)"
+    legacy = legacy_run_for(run)
+    if legacy is not None:
+        return (
+            f"- (old run {legacy.name}, code unknown: "
+            f"`python -m stages.commands.pipeline adopt {run.name}`)"
+        )
+    return "-"
+
+
+def recorded_output(
+    stage: str, experiment: str, params: Params, runs: dict[str, Run], root: Path = Path(".")
+) -> tuple[dict[str, Any] | None, str | None]:
+    """``experiments/<experiment>/<stage>.json`` under ``root``, and what keeps it from being
+    the output the params plan now: None when it is (a run's outputs: the planned run id; an
+    evaluation: the planned evaluation id), else 'missing', 'unreadable: ...' or 'stale: ...'
+    (settings, data or code changed since, or it was computed with command-line overrides)."""
+    path = root / output_file(stage, experiment)
+    if not path.is_file():
+        return None, "missing"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return None, f"unreadable: {error}"
+    if not isinstance(data, dict):
+        return None, "unreadable: not a JSON object"
+    run = runs.get(experiment)
+    recorded = data.get("run_id") if stage == "train" else data.get("encoder", {}).get("run_id")
+    if run is not None and recorded != run.run_id:
+        return data, f"stale: run {recorded}, planned {run.run_id}"
+    if stage != "train":
+        planned = evaluation_id(stage, experiment, params, runs)
+        if data.get("evaluation_id") != planned:
+            shown = data.get("evaluation_id") or "not as planned"
+            return data, f"stale: evaluation {shown}, planned {planned}"
+    return data, None
+
+
+def status_rows(params: Params) -> list[dict[str, str]]:
+    rows = []
+    runs = plan_runs(params)
+    for name, run in runs.items():
+        done = {
+            stage: _status_cell(recorded_output(stage, name, params, runs)[1])
+            for stage in ("train", *params.planned_evaluations())
+        }
+        state = run_state(run)
+        environment = (
+            environment_summary(read_config(run.run_dir)) if state.startswith("yes") else ""
+        )
+        rows.append(
+            {"experiment": name, "run_id": run.run_id, "run stored": state, **done,
+             "environment": environment}
+        )  # fmt: skip
+    return rows
+
+
+def _status_cell(problem: str | None) -> str:
+    return "yes" if problem is None else "-" if problem == "missing" else problem
+
+
+def adopt_legacy_run(params: Params, name: str) -> str:
+    """Reuse a run made before code identity for experiment ``name``: its files are linked under
+    the current run id, marked 'adopted, code unknown' (status and the report say so)."""
+    runs = plan_runs(params)
+    if name not in runs:
+        raise StageError(f"unknown experiment '{name}'; planned: {', '.join(runs) or '(none)'}")
+    run = runs[name]
+    if is_complete(run.run_dir):
+        return f"{name}: run {run.run_id} is already stored"
+    legacy = legacy_run_for(run)
+    if legacy is None:
+        raise StageError(f"{name}: no run made before code identity matches its settings")
+    staging = run.run_dir.with_name(run.run_id + ".adopting")
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(legacy, staging, copy_function=os.link)
+    config = read_config(legacy) or {}
+    (staging / CONFIG_FILE).unlink()  # a hard link: rewriting it in place would edit the old run
+    write_json(
+        staging / CONFIG_FILE,
+        {**config, **run.config(), "adopted_from": legacy.name, "code": "unknown"},
+    )
+    rename_durably(staging, run.run_dir)
+    return f"{name}: adopted {legacy.name} as {run.run_id} (code unknown; {legacy} is kept)"

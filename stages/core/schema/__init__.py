@@ -1,0 +1,1 @@
+"""What params.yaml may say: the sections, objectives, evaluations and data manifest."""

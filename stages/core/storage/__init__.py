@@ -1,0 +1,1 @@
+"""Where and how things are kept: paths, atomic writes, locks, hashes, the runs store."""

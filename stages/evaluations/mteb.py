@@ -1,0 +1,192 @@
+"""Stage: evaluate a sentence encoder on MTEB with the official mteb package.
+
+    python -m stages.evaluations.mteb --experiment NAME [--params FILE]
+    python -m stages.evaluations.mteb --model NAME_OR_DIR [--pooler P] [--tasks SET | TASK ...]
+        [--name LABEL] --output results.json
+
+``--experiment`` evaluates a run of the matrix (or a ``baseline.<key>``) and writes
+``experiments/<NAME>/mteb.json``. ``--model`` is a Hugging Face id, a local model directory,
+``package:<module>`` or a trained checkpoint directory (its ``encoder.json`` gives the pooler).
+Settings come from params.yaml's ``mteb`` section (when there is one); flags override them.
+mteb's own result files stay under the cache folder, keyed by model name and revision, and are
+copied in mteb's results layout to ``mteb_results/`` beside the output (``mteb.ResultCache`` reads
+it: compare with published models using mteb's tooling); a stored evaluation keeps a copy of it,
+which reusing the evaluation writes back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int, run
+from stages.core.errors import StageError
+from stages.core.identity.experiments import plan_runs
+from stages.core.schema.data_check import verify_workspace_data
+from stages.core.schema.evaluation_settings import MtebParams
+from stages.core.schema.mteb_task_sets import TASK_SETS, task_names
+from stages.core.schema.params import DEFAULT_PARAMS, Params, load_params
+from stages.evaluations.results import run_evaluation
+from stages.mteb_protocol.native_results import NATIVE_DIR, native_results_dir
+
+if TYPE_CHECKING:
+    from stages.modeling.encoder import SentenceEncoder
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__.splitlines()[0])
+    add_target_arguments(
+        p,
+        max_length_help="truncation in tokens (default: the model's sentence-transformers "
+        "max_seq_length if it declares one, else the longest it takes, at most 512)",
+    )
+    p.add_argument("--name", help="label in mteb's cache (default: from --model)")
+    p.add_argument(
+        "--tasks", nargs="+", metavar="TASK", help=f"{' | '.join(TASK_SETS)} or mteb task names"
+    )
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, help="default: params")
+    p.add_argument("--local-source", choices=("senteval", "sts_raw"), help="default: params")
+    p.add_argument("--sts-raw-dir", help="raw SemEval STS + stsbenchmark/ (default: params)")
+    p.add_argument("--senteval-dir", help="SentEval data root (default: params)")
+    p.add_argument("--no-local-data", action="store_true", help="take every task from the hub")
+    p.add_argument("--cache-dir", help="mteb's result cache (default: params)")
+    p.add_argument("--batch-size", type=positive_int, help="default: params")
+    args = parse_target_arguments(p, argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+    explicit = args.params != str(DEFAULT_PARAMS)
+    params = load_params(args.params) if Path(args.params).is_file() or explicit else None
+    planned = mteb_settings(params, args.experiment) if params else MtebParams()
+    settings = _settings(planned, args)
+    if args.model and args.output and not args.max_length:
+        args.max_length = _declared_max_length(args.model, args.revision)
+    label = args.experiment or args.name or args.model
+    output, results = run_evaluation(
+        "mteb",
+        args,
+        params,
+        lambda encoder, out: evaluate_encoder(
+            encoder, label, settings, native_results_dir(out), params_file=args.params
+        ),
+        # the matrix's own evaluation (settings as params give them) is stored under its id
+        as_planned=bool(args.experiment) and params is not None and settings == planned,
+        batch_size=settings.batch_size,
+        beside=(NATIVE_DIR,),
+    )
+    if results is None:
+        print(f"wrote {output} (the stored result of the same evaluation)")
+    else:
+        _print_summary(results, output)
+
+
+def evaluate_encoder(
+    encoder: SentenceEncoder,
+    label: str,
+    settings: MtebParams,
+    native_dir: Path | None = None,
+    params_file: str | None = None,
+) -> dict[str, Any]:
+    """The MTEB results of ``encoder`` under ``settings`` (expected failures: StageError); with
+    ``native_dir``, also in mteb's own results layout there (``native_results.py``);
+    ``params_file`` names the data source in the message of local data gone bad."""
+    # Imported here, not at the top: a stage that reuses its stored result loads no torch or mteb.
+    from stages.modeling.encoder import EncoderError
+    from stages.mteb_protocol.benchmark import LocalData, NoTaskEvaluated, evaluate_mteb
+    from stages.mteb_protocol.local_data import LocalDataError, local_paths, local_tasks
+    from stages.mteb_protocol.mteb_encoder import MtebEncoder
+    from stages.mteb_protocol.native_results import write_native_results
+
+    local = (
+        LocalData(settings.local_source, Path(settings.sts_raw_dir), Path(settings.senteval_dir))
+        if settings.local_data
+        else None
+    )
+    if local is not None:
+        fed = [t for t in task_names(settings.tasks) if t in local_tasks(local.source)]
+        verify_workspace_data(
+            *(
+                p
+                for t in fed
+                for p in local_paths(t, local.source, local.sts_raw_dir, local.senteval_dir)
+            ),
+            params_file=params_file,
+        )
+    model = MtebEncoder(encoder, label, normalize=settings.normalize)
+    try:
+        results = evaluate_mteb(
+            model,
+            settings.tasks,
+            cache_dir=settings.cache_dir,
+            local=local,
+            batch_size=settings.batch_size,
+        )
+    except (NoTaskEvaluated, LocalDataError, EncoderError) as err:
+        raise StageError(str(err)) from None
+    if native_dir is not None:
+        folder = write_native_results(
+            settings.cache_dir, model.mteb_model_meta, results["evaluated"], native_dir
+        )
+        # relative to the results JSON's folder: true wherever a stored result is written back
+        results["mteb_native_results"] = str(folder.relative_to(native_dir.parent))
+    return results
+
+
+def mteb_settings(params: Params, experiment: str | None) -> MtebParams:
+    """The experiment's MTEB settings: its method's overrides applied (a baseline: the section)."""
+    runs = plan_runs(params)
+    return params.mteb_for(runs[experiment].method if experiment in runs else None)
+
+
+def _settings(base: MtebParams, args: argparse.Namespace) -> MtebParams:
+    overrides: dict[str, Any] = {
+        "normalize": args.normalize,
+        "local_source": args.local_source,
+        "sts_raw_dir": args.sts_raw_dir,
+        "senteval_dir": args.senteval_dir,
+        "cache_dir": args.cache_dir,
+        "batch_size": args.batch_size,
+    }
+    if args.tasks:
+        named = len(args.tasks) == 1 and args.tasks[0] in TASK_SETS
+        overrides["tasks"] = args.tasks[0] if named else args.tasks
+    if args.no_local_data:
+        overrides["local_data"] = False
+    merged = base.model_dump() | {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return MtebParams.model_validate(merged)
+    except ValidationError as err:
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+        raise StageError(f"invalid MTEB settings: {problems}") from None
+
+
+def _declared_max_length(model: str, revision: str) -> int | None:
+    from stages.mteb_protocol.mteb_encoder import declared_max_length
+
+    try:
+        return declared_max_length(model, revision)
+    except ValueError as err:
+        raise StageError(str(err)) from None
+
+
+def _print_summary(results: dict[str, Any], output: Path) -> None:
+    for name in results["evaluated"]:
+        row = results["tasks"][name]
+        print(f"{name:40s} {row['main_score']:6.2f}  {row['metric']}  ({row['data']})")
+    for name, reason in results["skipped"].items():
+        print(f"{name:40s} skipped: {reason}")
+    for category, row in results["categories"].items():
+        print(f"{category} mean over {row['tasks']}/{row['requested']}: {row['mean']:.2f}")
+    print(f"average over {len(results['evaluated'])} tasks: {results['average']:.2f}")
+    print(f"wrote {output}; mteb's result files: {results['mteb_results_dir']}")
+    if "mteb_native_results" in results:
+        native = output.parent / results["mteb_native_results"]
+        print(f"in mteb's results layout (mteb.ResultCache): {native}")
+
+
+if __name__ == "__main__":
+    run(main)

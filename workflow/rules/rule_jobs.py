@@ -1,0 +1,155 @@
+"""The glue between stages.core.planning.jobs and the rules: each rule looks its job up by (stage,
+key), so the inputs, code fingerprints and time limits are exactly those of dvc.yaml. A stage
+written as a wildcard ("{evaluation}") is read from the job's wildcards: one rule serves every
+registered evaluation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stages.core.identity.experiments import Run, plan_runs
+from stages.core.planning.estimates import job_limit_minutes
+from stages.core.planning.jobs import Job, build_jobs, job_fingerprint, triplets_sources
+from stages.core.planning.status import recorded_output
+from stages.core.schema.evaluation_settings import EVALUATIONS, output_file
+from stages.core.schema.params import Params
+from stages.core.storage.atomic import read_json_cache, write_json
+from stages.core.storage.layout import CACHE, analyses_dir, report_job_file, report_metrics_file
+
+# Snakemake sets OMP_NUM_THREADS and the BLAS thread variables of every job to the rule's
+# threads (1 under --cores 1). GPU jobs get the caller's own values back: on a CPU-only machine
+# a run then uses every core, as under DVC, and computes the very same floating-point sums.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
+
+
+# When each output was last found made by another params file's stage (ns since the epoch).
+FOREIGN_OUTPUTS = CACHE / "snakemake_foreign_outputs.json"
+# An old modification time (not 0, which Snakemake reads as none) for such an output.
+BACKDATED = 86_400
+# The file whose time Snakemake takes for a folder output's.
+SNAKEMAKE_FOLDER_TIME = ".snakemake_timestamp"
+# Stages with one job whose output records the job's fingerprint: (that record, the output).
+RECORDED_FINGERPRINT = {
+    "report": (report_job_file(), report_metrics_file()),
+    "figures": (analyses_dir() / "index.json", analyses_dir()),
+}
+
+
+class RuleJobs:
+    def __init__(self, params: Params, params_file: str) -> None:
+        self.params = params
+        self.jobs = {(job.stage, job.key): job for job in build_jobs(params, params_file)}
+        self.runs = plan_runs(params)
+        self.sources = triplets_sources(self.runs)
+        # " --params FILE" unless the default params.yaml is used (the same for every job)
+        self.params_arg = next(iter(self.jobs.values())).params_arg
+        self.evaluations_pattern = "|".join(EVALUATIONS)
+        self.foreign: dict[str, int] = read_json_cache(FOREIGN_OUTPUTS)
+
+    def triplets_source(self, wildcards: Any) -> Run:
+        """The run whose backbone and method the triplets job of this id is made for."""
+        return self.sources[wildcards.triplets_id]
+
+    def redo_foreign_outputs(self) -> list[str]:
+        """Make Snakemake redo every experiment output (train.json, <evaluation>.json) that records
+        another run or evaluation than the plan's, and the figures and the report where they record
+        another job fingerprint (``stages.core.planning.jobs.stage_fingerprint``), or what cannot be
+        read; a message for each.
+
+        Another params file's stage wrote it (a stage run by hand, `dvc repro` of an edit since
+        reverted), which Snakemake cannot see: the job's params are those it recorded, and it
+        reruns nothing for a newer input whose content it recorded. So the time of this finding
+        (``FOREIGN_OUTPUTS``, never the same twice) is part of the job's ``fingerprint`` param,
+        which reruns it where Snakemake has records of the job; where it has none (a workspace
+        `dvc repro` built), it reruns for the output's modification time, set back to 1970-01-02.
+        A rerun takes the result from the store when stored. For the main Snakemake process only:
+        a cluster job's own parse of the Snakefile would find the output it is redoing."""
+        found = []
+        for (stage, key), job in self.jobs.items():
+            foreign = self._foreign_output(stage, key, job)
+            if foreign is not None:
+                path, problem = foreign
+                self.foreign[path.as_posix()] = time.time_ns()
+                for written in (path, path / SNAKEMAKE_FOLDER_TIME):  # a folder's time: its file
+                    if written.exists():
+                        os.utime(written, (BACKDATED, BACKDATED))
+                found.append(f"{path} is redone ({problem})")
+        if found:
+            write_json(FOREIGN_OUTPUTS, self.foreign)
+        return found
+
+    def _foreign_output(self, stage: str, key: str | None, job: Job) -> tuple[Path, str] | None:
+        """(the job's output to redo, why) when something else than the plan's job wrote it."""
+        if stage == "train" or stage in EVALUATIONS:
+            problem = recorded_output(stage, key, self.params, self.runs)[1]
+            if problem is None or problem == "missing":
+                return None
+            return output_file(stage, key), problem
+        if stage not in RECORDED_FINGERPRINT:
+            return None
+        record, output = RECORDED_FINGERPRINT[stage]
+        try:
+            recorded = json.loads(record.read_text(encoding="utf-8")).get("job_fingerprint")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded == job_fingerprint(self.params, job):
+            return None
+        return output, "made with other params or code"
+
+    def outputs(self) -> list[str]:
+        return [out for job in self.jobs.values() for out in job.outputs]
+
+    def job(self, stage: str, key: str | None, wildcards: Any, wildcard: str | None) -> Job:
+        if stage.startswith("{"):
+            stage = wildcards[stage.strip("{}")]
+        return self.jobs[stage, wildcards[wildcard] if wildcard else key]
+
+    def module(self, stage: str, wildcard: str) -> Callable:
+        """The job's stage module (``python -m <module>``)."""
+        return lambda w: self.job(stage, None, w, wildcard).module
+
+    def inputs(self, stage: str, key: str | None = None, wildcard: str | None = None) -> Callable:
+        return lambda w: list(self.job(stage, key, w, wildcard).deps)
+
+    def fingerprint(
+        self, stage: str, key: str | None = None, wildcard: str | None = None
+    ) -> Callable:
+        """The job's params values and source files' syntax trees: Snakemake reruns a job when
+        a rule's params change, so it reruns exactly when DVC would (a tracked key or a source
+        file's code changed; a comment or docstring edit changes nothing), and once more for
+        each finding of ``redo_foreign_outputs``."""
+
+        def fingerprint(wildcards: Any) -> str:
+            job = self.job(stage, key, wildcards, wildcard)
+            paths = [Path(out).as_posix() for out in job.outputs]
+            found = [self.foreign[path] for path in paths if path in self.foreign]
+            return job_fingerprint(self.params, job) + "".join(f"+{ns}" for ns in found)
+
+        return fingerprint
+
+    def runtime(self, stage: str, wildcard: str) -> Callable:
+        """The job's time limit in minutes (SLURM's -t), longer at each retry."""
+        return lambda w, attempt: job_limit_minutes(
+            self.params, self.job(stage, None, w, wildcard), attempt, self.runs
+        )
+
+    @staticmethod
+    def on_gpu(wildcards: Any, resources: Any) -> str:
+        """GPU jobs run through stages.commands.gpu_slot (on a machine with several GPUs each job
+        gets devices of its own; under SLURM, or with one GPU, the command runs as is), with the
+        caller's thread settings."""
+        threads = [f"-u {n}" for n in THREAD_VARIABLES if n not in os.environ] + [
+            f"{n}={shlex.quote(os.environ[n])}" for n in THREAD_VARIABLES if n in os.environ
+        ]
+        return (
+            f"env {' '.join(threads)} python -m stages.commands.gpu_slot --gpus {resources.gpu} --"
+        )
