@@ -129,10 +129,8 @@ def ours(
         step()
 
     every_token = mock.patch.object(training_model, "reads_first_tokens_only", lambda pooler: False)
-    with (
-        timed_steps(numbered if around_step is not None else None) as ends,
-        every_token if every_token_last_layer else nullcontext(),
-    ):
+    ends, hook = timed_steps(numbered if around_step is not None else None)
+    with every_token if every_token_last_layer else nullcontext():
         out = Path(tempfile.mkdtemp(dir=workdir))
         job = loop.TrainJob(
             run_id=f"bench-{precision}-{unpad}",
@@ -157,33 +155,28 @@ def ours(
             out_dir=out,
             cache_dir=workdir / "tokenized",
         )
-        metrics = loop.train(job, evaluate)
+        metrics = loop.train(job, evaluate, step_hook=hook)
         if around_step is not None:
             around_step(len(ends))
     return ends, metrics
 
 
-@contextmanager
 def timed_steps(
     wrap: Callable[[Callable[[], None]], None] | None = None,
-) -> Iterator[list[float]]:
-    """While open, each optimizer step of the stage's training loop appends its end time to the
-    yielded list; ``wrap(step)`` (optional) runs each step (``step()`` does the work)."""
+) -> tuple[list[float], loop.StepHook]:
+    """A step hook for the stage's training loop (``loop.train(..., step_hook=hook)``) that
+    appends each optimizer step's end time to the returned list; ``wrap(step)`` (optional) runs
+    each step (``step()`` does the work)."""
     ends: list[float] = []
-    original = loop._Training._train_step
 
-    def timed(self) -> None:
+    def timed(step: Callable[[], None]) -> None:
         if wrap is None:
-            original(self)
+            step()
         else:
-            wrap(lambda: original(self))
+            wrap(step)
         ends.append(time.perf_counter())
 
-    loop._Training._train_step = timed  # type: ignore[method-assign]
-    try:
-        yield ends
-    finally:
-        loop._Training._train_step = original  # type: ignore[method-assign]
+    return ends, timed
 
 
 def sentence_transformers_recipe(

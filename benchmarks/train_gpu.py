@@ -162,8 +162,8 @@ def run(
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    with timed_steps(around_step) as ends:
-        metrics = loop.train(job, evaluate)
+    ends, hook = timed_steps(around_step)
+    metrics = loop.train(job, evaluate, step_hook=hook)
     seconds = metrics["timing"]["wall_s"]
     corpus = load_tokenized_corpus(
         args.corpus, load_tokenizer(backbone), MAX_LENGTH, workdir / "tokenized"

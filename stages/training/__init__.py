@@ -1,6 +1,6 @@
 """The training stage's machinery: SimCSE-protocol contrastive training of a Hugging Face encoder.
 
-- ``loop``: the training loop on one page (``train``) and one update (``_Training._train_step``);
+- ``loop``: the training loop on one page (``train``) and one update (``Training.train_step``);
 - ``job``: what a run is given; ``parts``: what it is built from (corpus, batch plan, encoder,
   optimizer, schedule, dev encoder);
 - ``data``: the corpus, tokenised once and cached, served as seeded, resumable, dynamically

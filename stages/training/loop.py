@@ -1,6 +1,6 @@
 """The SimCSE-protocol training loop, on one page: ``train`` reads top to bottom (set up, start
 or resume, the step loop with its logging, dev evaluation and checkpoints, the finished run's
-outputs); ``_Training._train_step`` below it is one optimizer update (the views, the forward,
+outputs); ``Training.train_step`` below it is one optimizer update (the views, the forward,
 the loss, backward, clipping, AdamW, the schedules).
 
 The step never waits for the device: its values stay there until the records are flushed, every
@@ -19,6 +19,7 @@ start or resume, evaluations and the best weights, a checkpoint's content), ``re
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -48,13 +49,23 @@ from stages.training.records import stop_if_diverged
 from stages.training.runtime import phase, resolve_runtime
 
 # What other code imports from here: the runner, the benchmarks, the tests.
-__all__ = ["Batch", "TrainJob", "contrastive_loss", "save_encoder", "train"]
+__all__ = ["Batch", "StepHook", "TrainJob", "Training", "contrastive_loss", "save_encoder", "train"]
+
+
+# Runs one optimizer step: ``step_hook(step)`` must call ``step()`` once (it may time it, watch
+# it or wrap it in a context); the benchmarks and tests use it instead of patching the loop.
+StepHook = Callable[[Callable[[], None]], None]
 
 
 def train(
-    job: TrainJob, evaluate_dev: DevEvaluator, ctx: Distributed | None = None
+    job: TrainJob,
+    evaluate_dev: DevEvaluator,
+    ctx: Distributed | None = None,
+    *,
+    step_hook: StepHook | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) the run in ``job.out_dir``; return its metrics (also in metrics.json)."""
+    """Train (or resume) the run in ``job.out_dir``; return its metrics (also in metrics.json).
+    ``step_hook`` (optional) runs each optimizer step."""
     ctx = ctx or Distributed()
     settings = job.train
     runtime = resolve_runtime(
@@ -62,7 +73,7 @@ def train(
     )
     with dist_util.process_group(ctx, runtime.device), runtime.fp32_matmuls():
         # Set up: corpus, batch plan, encoder, AdamW, schedule, dev encoder (parts.py).
-        run = _Training(job, evaluate_dev, ctx, runtime)
+        run = Training(job, evaluate_dev, ctx, runtime)
         # Fresh (config.json, seeded dropout) or from the latest checkpoint (progress.py).
         progress, log = start_or_resume(run)
         # Without gathered negatives each rank's loss covers only its share of the batch.
@@ -78,7 +89,11 @@ def train(
         )
         try:
             while run.step < run.total_steps:
-                run._train_step()  # views, forward, loss, backward, clip, AdamW, schedules: below
+                # views, forward, loss, backward, clip, AdamW, schedules: Training.train_step
+                if step_hook is None:
+                    run.train_step()
+                else:
+                    step_hook(run.train_step)
                 run.step += 1
                 bar.update(1)
                 step = run.step
@@ -159,11 +174,10 @@ def train(
                 log.close()
 
 
-class _Training(TrainingParts):
-    """A run's parts (parts.py); ``_train_step`` is one optimizer update. (The tests, the fault
-    injection and the benchmarks hook a step by this name.)"""
+class Training(TrainingParts):
+    """A run's parts (parts.py); ``train_step`` is one optimizer update."""
 
-    def _train_step(self) -> None:
+    def train_step(self) -> None:
         """One update: ``gradient_accumulation_steps`` micro-batches (each its own contrastive
         batch, micro-batch index = update * accumulation + k, so a resumed run finds its data by
         the update count), the gradient of their mean loss, SAM's second pass over the same

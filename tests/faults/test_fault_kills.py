@@ -32,7 +32,7 @@ pytestmark = pytest.mark.faults
 ENCODE = "stages.modeling.encoder:SentenceEncoder.__call__"
 # name: (function, its N-th call, kill before/after it, resumes counted in the final log)
 TRAIN_KILLS = {
-    "before-the-first-checkpoint": ("stages.training.loop:_Training._train_step", 2, "before", 0),
+    "before-the-first-checkpoint": ("stages.training.loop:Training.train_step", 2, "before", 0),
     "right-after-a-checkpoint": ("stages.training.loop:save_checkpoint", 1, "after", 1),
     "during-dev-evaluation": ("stages.training.dev_encoder:DevEncoder.__call__", 1, "after", 1),
     "before-the-finished-run-is-renamed": (

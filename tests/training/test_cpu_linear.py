@@ -288,17 +288,15 @@ def test_the_training_loop_runs_under_the_onednn_matmul_setting(
     """Each step (forward and backward) runs with the setting of ``fp32_matmuls_on_onednn``
     when the trainer puts its Linear layers on oneDNN; afterwards the process's is back."""
     seen = []
-    original = loop._Training._train_step
 
-    def watched(self) -> None:
+    def watched(step) -> None:
         seen.append(torch.backends.mkldnn.matmul.fp32_precision)
         torch.get_float32_matmul_precision()  # what libraries read: it must not raise
-        original(self)
+        step()
 
-    monkeypatch.setattr(loop._Training, "_train_step", watched)
     before = torch.backends.mkldnn.matmul.fp32_precision
     job = make_job(corpus, tmp_path / "out", token_cache, max_steps=2, device="cpu")
-    loop.train(job, dev_evaluator)
+    loop.train(job, dev_evaluator, step_hook=watched)
     on_onednn = resolve_runtime("cpu", "fp32").onednn_linear and onednn_matmul_is_fp32()
     expected = "bf16" if on_onednn else before
     assert seen == [expected] * 2

@@ -39,7 +39,7 @@ from stages.training.contrastive_model import ContrastiveModel, reset_mlp_head
 from stages.training.data import pad_rows, read_corpus
 from stages.training.dev_encoder import DevEncoder
 from stages.training.distributed import Distributed
-from stages.training.loop import Batch, _Training, contrastive_loss, train
+from stages.training.loop import Batch, Training, contrastive_loss, train
 from stages.training.records import NonFiniteLossError
 from stages.training.runtime import resolve_runtime
 
@@ -278,19 +278,17 @@ def test_arccse_with_sam_and_the_inner_loop_never_waits_for_the_device(
     """The GPU code path on CPU: between flushes a step must not read a tensor on the host."""
     triplets = write_triplets(tmp_path / "t.parquet", tokenizer, read_corpus(corpus))
     watch = HostReadWatch(monkeypatch)
-    original_step = _Training._train_step
 
-    def watched_step(self) -> None:
+    def watched_step(step) -> None:
         with watch:
-            original_step(self)
+            step()
 
-    monkeypatch.setattr(_Training, "_train_step", watched_step)
     out = tmp_path / "run"
     job = make_job(
         corpus, out, token_cache, objective=ArcCSE(name="arccse"), triplets=triplets,
         sam={"enabled": True}, triplet_batch_size=8, max_steps=6,
     )  # fmt: skip
-    train(job, dev_evaluator)
+    train(job, dev_evaluator, step_hook=watched_step)
     assert watch.violations == []
     records = [r for r in read_log(out / "log.jsonl") if r["event"] == "train"]
     assert len(records) == 6 and all(r["triplet_loss"] >= 0 for r in records)
@@ -431,12 +429,12 @@ def test_gradient_accumulation_averages_the_micro_batch_gradients(
         corpus, tmp_path / "run", token_cache, dropout=0.0, gradient_accumulation_steps=3,
         max_grad_norm=None, max_steps=2,
     )  # fmt: skip
-    trainer = _Training(job, dev_evaluator, Distributed(), resolve_runtime("cpu", "fp32"))
+    trainer = Training(job, dev_evaluator, Distributed(), resolve_runtime("cpu", "fp32"))
     assert trainer.updates_per_epoch == trainer.plan.steps_per_epoch // 3
     trainer.step = 1
     seen: list[torch.Tensor] = []
     trainer.optimizer.step = lambda: seen.extend(p.grad.clone() for p in trainer.params)
-    trainer._train_step()
+    trainer.train_step()
     expected = [torch.zeros_like(p) for p in trainer.params]
     for micro in (3, 4, 5):
         rows = trainer.plan.shard(micro, 0)
