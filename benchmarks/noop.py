@@ -10,7 +10,7 @@ interleaved, median of ``--repeats``:
   Snakemake on a synthetic Snakefile with the same jobs and files (one rule per job, its real
   input and output paths, no Python of ours): target within 2x;
 - (b) a no-op ``dvc repro`` against ``dvc status`` on the same generated dvc.yaml: within 1.5x;
-- (c) ``python -m stages.commands.pipeline status``: under 1 s.
+- (c) ``python -m stages.commands status``: under 1 s.
 
 Prints a table and writes benchmarks/results/noop.json (with the load averages).
 """
@@ -69,10 +69,10 @@ def finished_workspace(root: Path, preset: str) -> None:
             sh(["git", "init", "-q"], root)
         sh(["snakemake", "--cores", "1", "--resources", "gpu=1", "--config", f"params={preset}"],
            root)  # fmt: skip
-    sh([sys.executable, "-m", "stages.commands.pipeline", "dvc", "--params", preset], root)
+    sh([sys.executable, "-m", "stages.commands", "dvc", "--params", preset], root)
     # what dvc.yaml's `code` stage writes (Snakemake does not need the manifests)
     sh(
-        [sys.executable, "-m", "stages.commands.pipeline", "code-manifests", "--params", preset],
+        [sys.executable, "-m", "stages.commands", "code-manifests", "--params", preset],
         root,
     )
     sh(["dvc", "commit", "-f", "-q"], root)  # DVC records the finished outputs: no-op from here
@@ -131,7 +131,7 @@ def main() -> None:
         "dvc repro (no-op)": (["dvc", "repro"], root),
         "dvc status": (["dvc", "status"], root),
         "stages.commands.pipeline status": (
-            [sys.executable, "-m", "stages.commands.pipeline", "status", "--params", args.preset],
+            [sys.executable, "-m", "stages.commands", "status", "--params", args.preset],
             root),
     }  # fmt: skip
     times: dict[str, list[float]] = {name: [] for name in commands}

@@ -152,7 +152,7 @@ def obtain(
                 # a rerun finds the run complete here and does not publish it again
                 stop.add_note(
                     f"run {run.run_id} ({run.name}) is complete here but not in the shared "
-                    "store: `python -m stages.commands.store push` publishes it"
+                    "store: `cse store push` publishes it"
                 )
                 raise
 

@@ -18,7 +18,7 @@ CORE_ENTRY_POINTS = (
     "stages.core.schema.params", "stages.core.identity.experiments", "stages.core.planning.jobs",
     "stages.core.planning.estimates", "stages.core.planning.status", "stages.core.identity.code",
     "stages.core.identity.environment", "stages.core.errors", "stages.core.storage.layout",
-    "stages.commands.pipeline", "stages.commands.estimates",
+    "stages.commands.pipeline", "stages.commands.__main__",
 )  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stages.commands.estimates import main
+from stages.commands.pipeline import main
 from stages.core.identity.experiments import plan_runs
 from stages.core.planning.estimates import (
     BERT_BASE,
@@ -149,7 +149,7 @@ def test_limits_add_a_margin_a_floor_and_grow_with_each_attempt() -> None:
 def test_cli_prints_every_experiment_its_run_id_and_the_total(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    main(["--params", str(REPO / "params.yaml")])
+    main(["estimates", "--params", str(REPO / "params.yaml")])
     out = capsys.readouterr().out
     run_id = plan_runs(load_params(REPO / "params.yaml"))["simcse.bert-base.s42"].run_id
     assert re.search(rf"simcse\.bert-base\.s42 +{run_id} +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+", out)

@@ -29,7 +29,7 @@ def smoke() -> dict:
 
 def test_readme_lists_the_registered_evaluations() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert with_evaluations_table(readme) == readme, "run `python -m stages.commands.pipeline docs`"
+    assert with_evaluations_table(readme) == readme, "run `python -m stages.commands docs`"
 
 
 def test_the_docs_mteb_sts_set_is_the_registrys() -> None:

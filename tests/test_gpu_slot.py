@@ -39,7 +39,7 @@ def env_with(tmp_path: Path, visible: str | None) -> dict[str, str]:
 
 def launch(tmp_path: Path, visible: str | None, gpus: int, seconds: float) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "stages.commands.gpu_slot", "--gpus", str(gpus), "--",
+        [sys.executable, "-m", "stages.commands", "gpu-slot", "--gpus", str(gpus), "--",
          sys.executable, "-c", REPORT, str(seconds)],
         env=env_with(tmp_path, visible), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,

@@ -358,7 +358,7 @@ def test_entry_points_stop_before_any_work(tmp_path: Path) -> None:
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(edited(set_key("methods.simcse.objective.tau", -1))))
     result = subprocess.run(
-        [sys.executable, "-m", "stages.commands.pipeline", "dvc", "--params", str(bad)],
+        [sys.executable, "-m", "stages.commands", "dvc", "--params", str(bad)],
         cwd=tmp_path,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
         capture_output=True,

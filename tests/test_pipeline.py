@@ -71,7 +71,7 @@ def test_a_stale_dvc_yaml_stops_stages_run_by_dvc(tmp_path: Path) -> None:
     params["experiments"][0]["seeds"] = [42, 43]  # the matrix grows; dvc.yaml not regenerated
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     result = subprocess.run(
-        [sys.executable, "-m", "stages.commands.pipeline", "status"],
+        [sys.executable, "-m", "stages.commands", "status"],
         cwd=root,
         env={**os.environ, "DVC_STAGE": "train.simcse.bert-base.s42", "PYTHONPATH": str(root)},
         capture_output=True,
@@ -79,7 +79,7 @@ def test_a_stale_dvc_yaml_stops_stages_run_by_dvc(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "dvc.yaml is out of date with params.yaml" in result.stderr
-    assert "python -m stages.commands.pipeline dvc" in result.stderr
+    assert "python -m stages.commands dvc" in result.stderr
 
 
 def test_changing_one_methods_tau_reruns_only_its_jobs() -> None:

@@ -90,7 +90,7 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
             assert dry["shell"].startswith("env ")
             log = f"logs/{job.stage}/{job.key}.log"
             assert dry["shell"].endswith(
-                f" python -m stages.commands.gpu_slot --gpus 1 -- {job.cmd} 2>&1 | "
+                f" python -m stages.commands gpu-slot --gpus 1 -- {job.cmd} 2>&1 | "
                 f"{TEE_LOG.format(log=log)}"
             )
         else:

@@ -264,7 +264,7 @@ def test_two_workspaces_and_a_queued_experiment_train_each_run_once(
     assert read_origin(by_dvc / "runs" / run_id) | {"published": None} == {
         "origin": "fetched", "store": str(store), "published": None
     }  # fmt: skip
-    status = sh(["python", "-m", "stages.commands.pipeline", "status"], by_dvc, store, shared_data)
+    status = sh(["python", "-m", "stages.commands", "status"], by_dvc, store, shared_data)
     assert f"yes (fetched from {store})" in status
 
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]

@@ -1,6 +1,6 @@
 """Export a trained run as a sentence-transformers / transformers model folder (and to the Hub).
 
-    python -m stages.commands.export EXPERIMENT DIR [--params FILE] [--checkpoint best|final]
+    python -m stages.commands export EXPERIMENT DIR [--params FILE] [--checkpoint best|final]
         [--push-to-hub REPO [--private] [--dry-run]]
 
 Copies the run's checkpoint (``runs/<run_id>/best`` by default) to DIR, adds the
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stages.core.cli import parser, run
+from stages.core.cli import parser
 from stages.core.errors import StageError
 from stages.core.identity.experiments import planned_run
 from stages.core.schema.params import load_params
@@ -136,7 +136,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         message=f"{args.experiment} ({args.checkpoint}, run {selected.run_id})",
     )
     print(f"pushed to {url}")
-
-
-if __name__ == "__main__":
-    run(main)

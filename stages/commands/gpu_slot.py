@@ -1,4 +1,4 @@
-"""Run a command on GPUs of its own: ``python -m stages.commands.gpu_slot --gpus K -- CMD ARGS...``.
+"""Run a command on GPUs of its own: ``python -m stages.commands gpu-slot --gpus K -- CMD ARGS...``.
 
 Snakemake's local executor counts GPUs (``--resources gpu=N`` keeps at most N GPU jobs
 running) but does not say which device a job should use, so every job would land on GPU 0.
@@ -103,7 +103,9 @@ def claim(devices: Sequence[str], count: int, folder: Path) -> dict[str, int]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], usage="%(prog)s [--gpus K] -- CMD [ARGS...]"
+        prog="cse gpu-slot",
+        description=__doc__.split("\n\n")[0],
+        usage="%(prog)s [--gpus K] -- CMD [ARGS...]",
     )
     parser.add_argument("--gpus", type=int, default=1, help="devices the command needs")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -130,7 +132,3 @@ def main(argv: Sequence[str] | None = None) -> None:
             os.set_inheritable(fd, True)
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(held)
     os.execvp(command[0], command)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,15 +1,7 @@
-"""The job graph's command line (the graph itself is ``stages.core.planning.jobs``).
-
-  python -m stages.commands.pipeline status       experiment names -> run ids, what is finished, and
-  the environment each result was computed in python -m stages.commands.pipeline dvc
-  regenerate dvc.yaml after changing the matrix python -m stages.commands.pipeline check-dvc    fail
-  if dvc.yaml is out of date with params.yaml python -m stages.commands.pipeline code-manifests
-  write the stages' code manifests (dvc.yaml's `code` stage runs it) python -m
-  stages.commands.pipeline adopt NAME   reuse a run trained before code identity existed python -m
-  stages.commands.pipeline docs         regenerate README.md's table of the registered evaluations
-  (stages/core/schema/evaluation_settings.py)
-
-Torch-free: answers in well under a second on a finished workspace.
+"""The pipeline's commands on the job graph (``stages.core.planning``): ``cse status``,
+``estimates``, ``dvc``, ``check-dvc``, ``code-manifests``, ``adopt`` and ``docs``
+(``stages/commands/__main__.py`` lists them). Torch-free: each answers in well under a second on a
+finished workspace.
 """
 
 from __future__ import annotations
@@ -19,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from stages.core.planning.estimates import dry_run, format_dry_run
 from stages.core.planning.jobs import DVC_YAML, build_jobs, check_dvc_yaml, code_manifests, dvc_yaml
 from stages.core.planning.status import adopt_legacy_run, status_rows
 from stages.core.schema.evaluation_settings import with_evaluations_table
@@ -37,9 +30,10 @@ def print_table(rows: list[dict[str, str]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cse", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "command", choices=("status", "dvc", "check-dvc", "code-manifests", "adopt", "docs")
+        "command",
+        choices=("status", "estimates", "dvc", "check-dvc", "code-manifests", "adopt", "docs"),
     )
     parser.add_argument("experiment", nargs="?", help="adopt: the experiment to adopt a run for")
     parser.add_argument("--params", default=str(DEFAULT_PARAMS))
@@ -49,7 +43,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"wrote the evaluations table of {README}")
         return
     params = load_params(args.params)
-    if args.command == "dvc":
+    if args.command == "estimates":
+        print(f"dry run of {args.params}")
+        print(format_dry_run(params, dry_run(params, args.params)))
+    elif args.command == "dvc":
         jobs = build_jobs(params, args.params)
         write_text(DVC_YAML, dvc_yaml(jobs, args.params))
         print(f"wrote {DVC_YAML} ({len(jobs)} stages)")
@@ -70,9 +67,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(adopt_legacy_run(params, args.experiment))
     else:
         print_table(status_rows(params))
-
-
-if __name__ == "__main__":
-    from stages.core.cli import run
-
-    run(main)

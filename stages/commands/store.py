@@ -1,11 +1,12 @@
 """The shared runs store from the command line (``store.url`` in params, or $CSE_STORE_URL).
 
-python -m stages.commands.store list                      every complete run in the store python -m
-stages.commands.store pull EXPERIMENT           fetch one run of the matrix (checked) python -m
-stages.commands.store push                      publish every complete local run it lacks python -m
-stages.commands.store verify                    rehash every stored run; report damage python -m
-stages.commands.store gc --keep P [P ...]       delete stored runs no listed params file uses (asks
-first; --yes to skip the question)"""
+cse store list                   every complete run in the store
+cse store pull EXPERIMENT        fetch one run of the matrix (checked)
+cse store push                   publish every complete local run it lacks
+cse store verify                 rehash every stored run; report damage
+cse store gc --keep P [P ...]    delete stored runs no listed params file uses (asks first;
+                                 --yes to skip the question)
+"""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import sys
 import time
 from collections.abc import Sequence
 
-from stages.core.cli import run
 from stages.core.errors import StageError
 from stages.core.identity.experiments import plan_runs
 from stages.core.schema.params import DEFAULT_PARAMS, load_params
@@ -31,7 +31,7 @@ def open_store(params_file: str) -> SharedStore:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cse store", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("list", "pull", "push", "verify", "gc"))
     parser.add_argument("experiment", nargs="?", help="pull: the experiment whose run to fetch")
     parser.add_argument("--params", default=str(DEFAULT_PARAMS))
@@ -87,7 +87,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         for run_id in doomed:
             store.delete(run_id)
         print(f"deleted {len(doomed)} run(s)")
-
-
-if __name__ == "__main__":
-    run(main)

@@ -2,7 +2,7 @@
 
 Hugging Face model-card front matter (library, tags, base model) on top; then the objective and
 its hyperparameters, the dev (STS-B, model selection) and test scores (SentEval / MTEB, when the
-evaluations have run: ``python -m stages.commands.export`` fills them in), the resolved params, the
+evaluations have run: ``cse export`` fills them in), the resolved params, the
 environment, loading snippets and citations.
 """
 
@@ -119,7 +119,7 @@ def render_model_card(
     else:
         lines += [
             "Test: none here (the evaluation stages score the `best` checkpoint; "
-            "`python -m stages.commands.export` adds their SentEval and MTEB scores).",
+            "`cse export` adds their SentEval and MTEB scores).",
             "",
         ]
     execution = config.get("execution", {})

@@ -1,4 +1,4 @@
-"""`python -m stages.commands.export`: a run's checkpoint as a model folder with its test scores,
+"""`python -m stages.commands export`: a run's checkpoint as a model folder with its test scores,
 and the push through huggingface_hub's real client to a local stub of the Hub (the token never
 shown)."""
 
@@ -176,7 +176,7 @@ def test_push_to_hub_uploads_through_huggingface_hub_without_showing_the_token(t
     argv = [name, "out", "--params", str(REPO / "params.yaml"), "--push-to-hub", "me/model"]
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "stages.commands.export", *argv],
+            [sys.executable, "-m", "stages.commands", "export", *argv],
             cwd=tmp_path,
             env=env,
             capture_output=True,

@@ -74,7 +74,7 @@ ENTRY_POINTS = {
     "stages.figures": [],
     "stages.report": [],
     "stages.commands.pipeline": ["status"],
-    "stages.commands.estimates": [],
+    "stages.commands.__main__": ["estimates"],
 }
 
 

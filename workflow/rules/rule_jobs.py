@@ -151,5 +151,5 @@ class RuleJobs:
             f"{n}={shlex.quote(os.environ[n])}" for n in THREAD_VARIABLES if n in os.environ
         ]
         return (
-            f"env {' '.join(threads)} python -m stages.commands.gpu_slot --gpus {resources.gpu} --"
+            f"env {' '.join(threads)} python -m stages.commands gpu-slot --gpus {resources.gpu} --"
         )

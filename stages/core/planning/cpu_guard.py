@@ -49,7 +49,7 @@ def summary(params: Params, params_file: str) -> str:
     runs = {row.run_id for row in dry_run(params, params_file) if row.run_id != "-"}
     return (
         f"{params_file}: {len(runs)} run(s), estimated {gpu_hours(params, params_file):.1f} "
-        "GPU-hours in all (`python -m stages.commands.estimates` itemises them)"
+        "GPU-hours in all (`cse estimates` itemises them)"
     )
 
 

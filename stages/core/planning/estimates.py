@@ -1,7 +1,7 @@
 """How long the pipeline's GPU jobs take: SLURM time limits and the presets' dry-run.
 
-    python -m stages.commands.estimates [--params FILE]    the dry run: every experiment of the
-    matrix (run id, GPU minutes of its train job and of each evaluation), and the totals
+    cse estimates [--params FILE]    the dry run: every experiment of the matrix (run id, GPU
+                                     minutes of its train job and of each evaluation), the totals
 
 A job's time is arithmetic over the hardware's sustained rate plus fixed costs:
 

@@ -69,10 +69,7 @@ def run_state(run: Run) -> str:
         return "partial (resumes)"
     legacy = legacy_run_for(run)
     if legacy is not None:
-        return (
-            f"- (old run {legacy.name}, code unknown: "
-            f"`python -m stages.commands.pipeline adopt {run.name}`)"
-        )
+        return f"- (old run {legacy.name}, code unknown: `cse adopt {run.name}`)"
     return "-"
 
 

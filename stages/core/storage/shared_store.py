@@ -138,7 +138,7 @@ class SharedStore:
                     raise StoreError(
                         f"{self.url}/{run_id}/{rel}: sha256 {actual}, its manifest says "
                         f"{meta['sha256']}: the store's copy is damaged and was not used "
-                        f"(`python -m stages.commands.store verify` lists every damaged run)"
+                        f"(`cse store verify` lists every damaged run)"
                     )
             write_origin(staging, {"origin": "fetched", "store": self.url,
                                    "published": manifest.get("published")})  # fmt: skip
