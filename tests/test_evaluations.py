@@ -59,7 +59,7 @@ def test_no_module_but_the_registry_spells_out_the_senteval_task_lists() -> None
 
 def test_one_job_per_experiment_and_enabled_evaluation() -> None:
     raw = smoke()
-    raw["methods"]["simcse"]["mteb"] = {"enabled": False}
+    raw["methods"]["simcse"]["evaluations"] = {"mteb": {"enabled": False}}
     raw["evaluations"] = {"sts_tsv": {"files": {"own": "own.tsv"}}}
     params = parse_params(raw)
     experiments = [*plan_runs(params), *(f"baseline.{b}" for b in params.baselines)]
@@ -70,7 +70,7 @@ def test_one_job_per_experiment_and_enabled_evaluation() -> None:
             {"mteb"} if mteb else set()
         )
         own = jobs["sts_tsv", name]
-        assert own.cmd.startswith("python -m stages.evaluations.sts_tsv --experiment")
+        assert own.cmd.startswith("python -m stages.evaluate sts_tsv --experiment")
         assert "own.tsv" in own.deps and own.metrics == (f"experiments/{name}/sts_tsv.json",)
         assert "evaluations.sts_tsv" in own.params
     # off by default: the smoke preset's graph has no sts_tsv job
@@ -114,14 +114,15 @@ def test_data_outside_the_workspace_data_folder_is_identified_by_its_files(
         params = parse_params(tree)
         return evaluation_id("senteval", name, params, plan_runs(params))
 
-    default = parse_params(raw).senteval
+    default = parse_params(raw).evaluations.senteval
     manifest = load_manifest().datasets["senteval"].files
     assert default.data_identity() == {f.path: f.sha256 for f in manifest}
-    raw["senteval"] = {**raw.get("senteval", {}), "data_dir": str(own)}
-    mine = parse_params(raw).senteval
+    evaluations = raw.setdefault("evaluations", {})
+    evaluations["senteval"] = {**evaluations.get("senteval", {}), "data_dir": str(own)}
+    mine = parse_params(raw).evaluations.senteval
     assert mine.reads() == (own,)
     before = senteval_id(raw)
     gold.write_text("a\tb\t4.0\n")
     assert senteval_id(raw) != before
-    raw["mteb"] = {**raw.get("mteb", {}), "senteval_dir": str(own)}
-    assert own in parse_params(raw).mteb.reads()
+    evaluations["mteb"] = {**evaluations.get("mteb", {}), "senteval_dir": str(own)}
+    assert own in parse_params(raw).evaluations.mteb.reads()

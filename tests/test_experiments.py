@@ -58,7 +58,8 @@ def test_changing_one_methods_tau_changes_only_its_runs() -> None:
 @pytest.mark.parametrize(
     ("section", "key", "value"),
     [("train", "device", "cpu"), ("train", "log_steps", 1), ("train", "checkpoint_steps", 7),
-     ("train", "compile", True), ("senteval", "mode", "fasttest"), ("mteb", "tasks", "simace56")],
+     ("train", "compile", True), ("evaluations", "senteval", {"mode": "fasttest"}),
+     ("evaluations", "mteb", {"tasks": "simace56"})],
 )  # fmt: skip
 def test_execution_settings_and_evaluation_params_do_not_change_run_ids(
     section: str, key: str, value: Any

@@ -192,11 +192,39 @@ BAD_PARAMS = [
     ),
     (
         "unknown SentEval task",
-        set_key("senteval.tasks", ["STS12", "STS17"]),
-        ["senteval.tasks.1", "'STS17'", "'STS12'"],
+        set_key("evaluations.senteval.tasks", ["STS12", "STS17"]),
+        ["evaluations.senteval.tasks.1", "'STS17'", "'STS12'"],
     ),
-    ("no SentEval task", set_key("senteval.tasks", []), ["senteval.tasks", "at least 1 item"]),
-    ("unknown SentEval mode", set_key("senteval.mode", "fast"), ["senteval.mode", "'fasttest'"]),
+    (
+        "no SentEval task",
+        set_key("evaluations.senteval.tasks", []),
+        ["evaluations.senteval.tasks", "at least 1 item"],
+    ),
+    (
+        "unknown SentEval mode",
+        set_key("evaluations.senteval.mode", "fast"),
+        ["evaluations.senteval.mode", "'fasttest'"],
+    ),
+    (
+        "a section of the old layout",
+        set_key("senteval", {"mode": "fasttest"}),
+        ["senteval: moved to evaluations.senteval"],
+    ),
+    (
+        "a method's override of the old layout",
+        set_key("methods.simcse.mteb", {"enabled": False}),
+        ["methods.simcse.mteb: moved to methods.simcse.evaluations.mteb"],
+    ),
+    (
+        "per-method settings of an evaluation that takes none",
+        set_key("methods.simcse.evaluations", {"senteval": {"mode": "fasttest"}}),
+        ["methods.simcse.evaluations.senteval: senteval takes no per-method settings"],
+    ),
+    (
+        "a bad per-method setting of an evaluation",
+        set_key("methods.simcse.evaluations", {"mteb": {"tasks": "sts9"}}),
+        ["methods.simcse.evaluations.mteb.tasks", "unknown task set 'sts9'"],
+    ),
     ("unknown data source", set_key("data.source", "s3"), ["data.source", "'remote' or 'local'"]),
     (
         "method name unsafe for paths",
@@ -301,7 +329,7 @@ def test_a_schedule_on_a_softmax_weighted_paradigm_objective_is_accepted() -> No
 def test_every_problem_is_reported_at_once() -> None:
     def several(raw: dict[str, Any]) -> None:
         raw["train"]["pooler"] = "avg"
-        raw["senteval"]["mode"] = "fast"
+        raw["evaluations"]["senteval"]["mode"] = "fast"
         raw["methods"]["simcse"]["objective"]["tau"] = 0
 
     with pytest.raises(ParamsError) as err:

@@ -159,7 +159,7 @@ def test_the_masking_rate_and_the_mteb_tasks_can_differ_per_method() -> None:
         **raw["methods"]["arccse"],
         "triplets": {"short_mask_rate": 0.15},
     }
-    raw["methods"]["simcse"]["mteb"] = {"enabled": False}
+    raw["methods"]["simcse"]["evaluations"] = {"mteb": {"enabled": False}}
     raw["experiments"] = [{"methods": ["simcse", "arccse", "arccse-short15", "simace"],
                            "backbones": ["tiny-bert"], "seeds": [42]}]  # fmt: skip
     params = parse_params(raw)

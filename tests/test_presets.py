@@ -87,7 +87,7 @@ def test_preset_plans_and_dry_runs_every_run(
     for name, run in runs.items():
         assert rows[name].run_id == run.run_id
         assert rows[name].minutes["train"] > 0 and rows[name].minutes["senteval"] > 0
-        assert ("mteb" in rows[name].minutes) == params.mteb.enabled
+        assert ("mteb" in rows[name].minutes) == params.evaluations.mteb.enabled
     assert len({run.run_id for run in runs.values()}) == len(runs)  # no run trained twice
     report = format_dry_run(params, list(rows.values()))
     assert f"{len(runs)} trained runs" in report and "GPU-hours in all" in report
@@ -194,7 +194,7 @@ def test_simace_table_7(presets: dict[str, Params]) -> None:
     assert resolved(p, "simace", "bert-base").objective.margin_deg == 10
     assert resolved(p, "simace_margin_neg", "roberta-base").objective.margin_deg == -10
     assert resolved(p, "simace_no_margin", "roberta-base").train.batch_size == 128
-    assert p.train.eval_steps == 125 and p.mteb.tasks == "simace56"
+    assert p.train.eval_steps == 125 and p.evaluations.mteb.tasks == "simace56"
     assert {g.seeds for g in p.experiments} == {(42, 43, 44, 45, 46), (42,)}
 
 
@@ -339,7 +339,7 @@ def test_cooldown_table_6(presets: dict[str, Params]) -> None:
     assert resolved(p, "simcse", "roberta-base").train.batch_size == 512
     arc = resolved(p, "arccon_tcs", "bert-base")
     assert (arc.temperature.initial_tau, arc.temperature.step_ratio) == (0.10, 0.020)
-    assert p.train.eval_steps == 250 and not p.mteb.enabled
+    assert p.train.eval_steps == 250 and not p.evaluations.mteb.enabled
 
 
 # Methods whose spec marks an ambiguity in their hyperparameters or reading (spec sections in

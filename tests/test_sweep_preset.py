@@ -22,8 +22,8 @@ def shortened(root: Path) -> None:
     for preset in PRESETS:
         raw = yaml.safe_load((root / preset).read_text())
         raw["data"]["max_sentences"] = 640
-        raw["mteb"]["enabled"] = False
-        raw["senteval"]["tasks"] = ["STSBenchmark"]
+        raw["evaluations"]["mteb"]["enabled"] = False
+        raw["evaluations"]["senteval"]["tasks"] = ["STSBenchmark"]
         raw["figures"]["batches"] = 20
         (root / preset).write_text(yaml.safe_dump(raw, sort_keys=False))
 

@@ -35,8 +35,8 @@ REMEDIES = {
 }
 
 
-def parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+def parser(description: str, prog: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument(
         "--params", default=str(DEFAULT_PARAMS), help="params file (default: params.yaml)"
     )

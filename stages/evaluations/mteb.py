@@ -1,13 +1,13 @@
 """Stage: evaluate a sentence encoder on MTEB with the official mteb package.
 
-    python -m stages.evaluations.mteb --experiment NAME [--params FILE]
-    python -m stages.evaluations.mteb --model NAME_OR_DIR [--pooler P] [--tasks SET | TASK ...]
+    python -m stages.evaluate mteb --experiment NAME [--params FILE]
+    python -m stages.evaluate mteb --model NAME_OR_DIR [--pooler P] [--tasks SET | TASK ...]
         [--name LABEL] --output results.json
 
 ``--experiment`` evaluates a run of the matrix (or a ``baseline.<key>``) and writes
 ``experiments/<NAME>/mteb.json``. ``--model`` is a Hugging Face id, a local model directory,
 ``package:<module>`` or a trained checkpoint directory (its ``encoder.json`` gives the pooler).
-Settings come from params.yaml's ``mteb`` section (when there is one); flags override them.
+Settings come from params.yaml's ``evaluations.mteb`` (when there is one); flags override them.
 mteb's own result files stay under the cache folder, keyed by model name and revision, and are
 copied in mteb's results layout to ``mteb_results/`` beside the output (``mteb.ResultCache`` reads
 it: compare with published models using mteb's tooling); a stored evaluation keeps a copy of it,
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int, run
+from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int
 from stages.core.errors import StageError
 from stages.core.identity.experiments import plan_runs
 from stages.core.schema.data_check import verify_workspace_data
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__doc__.splitlines()[0], prog="python -m stages.evaluate mteb")
     add_target_arguments(
         p,
         max_length_help="truncation in tokens (default: the model's sentence-transformers "
@@ -139,7 +139,10 @@ def evaluate_encoder(
 def mteb_settings(params: Params, experiment: str | None) -> MtebParams:
     """The experiment's MTEB settings: its method's overrides applied (a baseline: the section)."""
     runs = plan_runs(params)
-    return params.mteb_for(runs[experiment].method if experiment in runs else None)
+    method = runs[experiment].method if experiment in runs else None
+    settings = params.evaluation_settings("mteb", method)
+    assert isinstance(settings, MtebParams)
+    return settings
 
 
 def _settings(base: MtebParams, args: argparse.Namespace) -> MtebParams:
@@ -186,7 +189,3 @@ def _print_summary(results: dict[str, Any], output: Path) -> None:
     if "mteb_native_results" in results:
         native = output.parent / results["mteb_native_results"]
         print(f"in mteb's results layout (mteb.ResultCache): {native}")
-
-
-if __name__ == "__main__":
-    run(main)

@@ -3,8 +3,8 @@
 Scores STS12-16, STS-B, SICK-R and the seven transfer tasks, and writes a results JSON that
 records the protocol next to the numbers.
 
-    python -m stages.evaluations.senteval --experiment NAME [--params FILE]
-    python -m stages.evaluations.senteval --model NAME_OR_DIR [--pooler P] [--tasks ...]
+    python -m stages.evaluate senteval --experiment NAME [--params FILE]
+    python -m stages.evaluate senteval --model NAME_OR_DIR [--pooler P] [--tasks ...]
         [--data-dir DIR] [--mode fasttest|test] --output results.json
 
 ``--experiment`` evaluates a run of the matrix (its best checkpoint) or a ``baseline.<key>``
@@ -12,7 +12,7 @@ and writes ``experiments/<NAME>/senteval.json``.
 
 ``--model`` is a Hugging Face id, a local model directory, ``package:<module>``, or a trained
 checkpoint directory (its ``encoder.json`` gives the pooler). Defaults come from params.yaml's
-``senteval`` section when there is one. Embeddings are cached per (encoder, task) under
+``evaluations.senteval`` when there is one. Embeddings are cached per (encoder, task) under
 ``--cache-dir``, so re-running with another mode only re-trains the classifiers.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int, run
+from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int
 from stages.core.errors import StageError
 from stages.core.schema.data_check import verify_workspace_data
 from stages.core.schema.evaluation_settings import SENTEVAL_TASKS, SentEvalParams
@@ -70,7 +70,7 @@ def evaluate_encoder(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__doc__.splitlines()[0], prog="python -m stages.evaluate senteval")
     add_target_arguments(p)
     p.add_argument(
         "--tasks", nargs="+", choices=SENTEVAL_TASKS, metavar="TASK", help="default: params"
@@ -122,9 +122,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _settings(params_path: str, explicit: bool) -> SentEvalParams:
     """params.yaml's senteval section; the schema defaults when run outside a project."""
     if Path(params_path).is_file() or explicit:
-        return load_params(params_path).senteval
+        return load_params(params_path).evaluations.senteval
     return SentEvalParams()
-
-
-if __name__ == "__main__":
-    run(main)

@@ -1,8 +1,8 @@
 """Stage: score your own STS-style data as SentEval scores STS (the worked example of
 docs/extending.md, "Add an evaluation").
 
-    python -m stages.evaluations.sts_tsv --experiment NAME [--params FILE]
-    python -m stages.evaluations.sts_tsv --model NAME_OR_DIR [--pooler P] [--file NAME=TSV ...]
+    python -m stages.evaluate sts_tsv --experiment NAME [--params FILE]
+    python -m stages.evaluate sts_tsv --model NAME_OR_DIR [--pooler P] [--file NAME=TSV ...]
         --output results.json
 
 Each file of params.yaml's ``evaluations.sts_tsv.files`` (or ``--file``) is a TSV whose first
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from stages.core.cli import add_target_arguments, parse_target_arguments, parser, run
+from stages.core.cli import add_target_arguments, parse_target_arguments, parser
 from stages.core.errors import StageError
 from stages.core.schema.evaluation_settings import StsTsvParams
 from stages.core.schema.params import DEFAULT_PARAMS, load_params
@@ -104,7 +104,7 @@ def score_files(encoder: SentenceEncoder, files: dict[str, str]) -> dict[str, An
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__doc__.splitlines()[0], prog="python -m stages.evaluate sts_tsv")
     add_target_arguments(p)
     p.add_argument("--file", action="append", metavar="NAME=TSV", help="default: params' files")
     args = parse_target_arguments(p, argv)
@@ -132,7 +132,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, scores in (results or {}).get("scores", {}).items():
         print(f"{name}: Spearman {scores['spearman']:.2f}, Pearson {scores['pearson']:.2f}")
     print(f"wrote {output}" + ("" if results else " (the stored result of the same evaluation)"))
-
-
-if __name__ == "__main__":
-    run(main)

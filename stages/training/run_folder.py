@@ -58,7 +58,7 @@ def make_job(run: Run, params: Params, out_dir: Path) -> TrainJob:
         out_dir=out_dir,
         cache_dir=layout.CACHE / "tokenized",
         config=run.config(),
-        eval_batch_size=params.senteval.batch_size,
+        eval_batch_size=params.evaluations.senteval.batch_size,
         live_dir=layout.live_dir(run.name),
     )
 

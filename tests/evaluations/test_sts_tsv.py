@@ -27,8 +27,7 @@ PARAMS = {
     "experiments": [{"methods": ["simcse"], "backbones": ["minilm"], "seeds": [1]}],
     "baselines": {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}},
     "data": {"source": "local", "corpus": "wiki1m_head_11913"},
-    "mteb": {"enabled": False},
-    "evaluations": {"sts_tsv": {"files": {"my_sts": "own/my_sts.tsv"}}},
+    "evaluations": {"mteb": {"enabled": False}, "sts_tsv": {"files": {"my_sts": "own/my_sts.tsv"}}},
 }
 
 
@@ -113,7 +112,7 @@ def test_the_worked_example_runs_in_both_dags_and_reaches_the_report(
     dvc, snakemake = dvc_shape(root), snakemake_shape(root)
     assert snakemake == dvc
     output = (f"experiments/{BASELINE}/sts_tsv.json",)
-    command = f"python -m stages.evaluations.sts_tsv --experiment {BASELINE}"
+    command = f"python -m stages.evaluate sts_tsv --experiment {BASELINE}"
     assert dvc[output] == (command, ("own/my_sts.tsv",))
 
     monkeypatch.chdir(root)

@@ -46,7 +46,7 @@ def params(**sections: Any) -> dict[str, Any]:
         "backbones": {"tiny": TINY.model_dump(mode="json")},
         "methods": {"simcse": {"objective": {"name": "infonce", "tau": 0.05}}},
         "experiments": [{"methods": ["simcse"], "backbones": ["tiny"], "seeds": [1]}],
-        "senteval": {"tasks": ["STSBenchmark"], "mode": "fasttest"},
+        "evaluations": {"senteval": {"tasks": ["STSBenchmark"], "mode": "fasttest"}},
         **sections,
     }
 

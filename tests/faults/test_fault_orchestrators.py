@@ -25,8 +25,8 @@ def tiny_params() -> dict:
     """The smoke preset cut to one SimCSE run, STS-B only, no MTEB."""
     params = yaml.safe_load((REPO / "presets" / "smoke.yaml").read_text())
     params["experiments"] = [{"methods": ["simcse"], "backbones": ["tiny-bert"], "seeds": [42]}]
-    params["senteval"]["tasks"] = ["STSBenchmark"]
-    params["mteb"]["enabled"] = False
+    params["evaluations"]["senteval"]["tasks"] = ["STSBenchmark"]
+    params["evaluations"]["mteb"]["enabled"] = False
     params.pop("baselines", None)
     return params
 

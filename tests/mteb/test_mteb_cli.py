@@ -97,7 +97,7 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
     calls = []
 
     def encoder_for(name, params, *, batch_size, device):
-        calls.append((name, params.mteb.tasks, batch_size, device))
+        calls.append((name, params.evaluations.mteb.tasks, batch_size, device))
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
     monkeypatch.setattr("stages.evaluations.target.encoder_for", encoder_for)

@@ -23,7 +23,7 @@ PARAMS = {
     "methods": {"simcse": {"objective": {"name": "infonce", "tau": 0.05}}},
     "experiments": [{"methods": ["simcse"], "backbones": ["minilm"], "seeds": [1]}],
     "baselines": {"minilm-mean": {"backbone": "minilm", "pooler": "mean"}},
-    "mteb": {"tasks": ["STSBenchmark"], "sts_raw_dir": "own_sts_raw"},
+    "evaluations": {"mteb": {"tasks": ["STSBenchmark"], "sts_raw_dir": "own_sts_raw"}},
 }
 
 

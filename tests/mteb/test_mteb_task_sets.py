@@ -102,4 +102,4 @@ def test_params_file_error_names_the_key(tmp_path: Path) -> None:
     bad.write_text(text.replace("tasks: sts ", "tasks: [STS12, NoSuchTask] "), encoding="utf-8")
     with pytest.raises(ParamsError, match=r"mteb\.tasks: .*NoSuchTask"):
         load_params(bad)
-    assert load_params(PARAMS).mteb.tasks == "sts"
+    assert load_params(PARAMS).evaluations.mteb.tasks == "sts"

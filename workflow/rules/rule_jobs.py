@@ -113,10 +113,6 @@ class RuleJobs:
             stage = wildcards[stage.strip("{}")]
         return self.jobs[stage, wildcards[wildcard] if wildcard else key]
 
-    def module(self, stage: str, wildcard: str) -> Callable:
-        """The job's stage module (``python -m <module>``)."""
-        return lambda w: self.job(stage, None, w, wildcard).module
-
     def inputs(self, stage: str, key: str | None = None, wildcard: str | None = None) -> Callable:
         return lambda w: list(self.job(stage, key, w, wildcard).deps)
 

@@ -207,7 +207,7 @@ def train_seconds(params: Params, settings: ResolvedMethod, arch: Architecture) 
     forwards = 2 if t.view_dropout == "first" else 1
     batch = passes * (flops / hw.flops_per_second + forwards * hw.step_seconds)
     evaluations = steps // t.eval_steps + 1
-    dev = encode_seconds(arch, STSB_DEV_SENTENCES, params.senteval.batch_size, hw)
+    dev = encode_seconds(arch, STSB_DEV_SENTENCES, params.evaluations.senteval.batch_size, hw)
     return hw.startup_seconds + batches * batch + evaluations * dev
 
 

@@ -1,13 +1,13 @@
 """The evaluation registry: every evaluation an experiment gets, registered once.
 
-An evaluation is one stage (``python -m <module> --experiment NAME``) that scores an experiment's
-encoder (a trained run's best checkpoint or a baseline) and writes
-``experiments/<NAME>/<evaluation>.json``. Its entry in ``EVALUATIONS`` is all the pipeline knows of
-it: the job graph gives each experiment one job per enabled evaluation (DVC stages and the one
-generic Snakemake rule follow), its id covers its run, its settings, its data and the import closure
-of its module (``stages.core.identity.experiments.evaluation_id``), and the report prints the tables
-it declares. Its settings are a params.yaml section: ``senteval`` and ``mteb`` (they came first),
-and ``evaluations.<name>`` for every later one.
+An evaluation is one module of ``stages/evaluations/`` that scores an experiment's encoder (a
+trained run's best checkpoint or a baseline) and writes ``experiments/<NAME>/<evaluation>.json``;
+the evaluate stage runs it (``python -m stages.evaluate <evaluation> --experiment NAME``). Its entry
+in ``EVALUATIONS`` is all the pipeline knows of it: the job graph gives each experiment one job per
+enabled evaluation (DVC stages and the one generic Snakemake rule follow), its id covers its run,
+its settings, its data and the import closure of its module
+(``stages.core.identity.experiments.evaluation_id``), and the report prints the tables it
+declares. Its settings are the params section ``evaluations.<name>``.
 
 The task lists live here and nowhere else in the core (SentEval's STS and transfer tasks; MTEB's
 named sets in ``stages.core.schema.mteb_task_sets``). Like ``objective_settings``, this module is
@@ -226,23 +226,25 @@ class Evaluation:
     """One registered evaluation (its name is its key in ``EVALUATIONS``)."""
 
     settings: type[EvaluationSettings]
-    # The stage module: `python -m <module> --experiment NAME`; its import closure is the
-    # evaluation's code (stages.core.identity.code).
+    # Its module in stages/evaluations/ (a ``main(argv)``, run by ``python -m stages.evaluate
+    # <name> ...``); the import closure of the two is the evaluation's code
+    # (stages.core.identity.code).
     module: str
     summary: str
     tables: tuple[Table, ...] = ()
-    # Whether a method's runs may override the section (`methods.<m>.<section>`).
+    # Whether a method's runs may override the section (`methods.<m>.evaluations.<name>`).
     method_overrides: bool = False
     # Whether its result JSON is a DVC metric (`dvc metrics show`; small, not cached by DVC).
     dvc_metrics: bool = False
 
     @property
     def code_modules(self) -> tuple[str, ...]:
-        return (self.module,)
+        return ("stages.evaluate", self.module)
 
-    def section(self, name: str) -> str:
-        """Its params.yaml key: a top-level section of its own, or ``evaluations.<name>``."""
-        return name if name in TOP_LEVEL_SECTIONS else f"evaluations.{name}"
+    @staticmethod
+    def section(name: str) -> str:
+        """Its params.yaml key."""
+        return f"evaluations.{name}"
 
 
 EVALUATIONS: dict[str, Evaluation] = {
@@ -279,17 +281,16 @@ EVALUATIONS: dict[str, Evaluation] = {
         dvc_metrics=True,
     ),
 }
-# The sections that predate the registry keep their top-level keys in params.yaml.
-TOP_LEVEL_SECTIONS = ("senteval", "mteb")
+# Sections that moved under `evaluations:` (params.py names the new place of an old key).
+FORMERLY_TOP_LEVEL = ("senteval", "mteb")
 
-# params.yaml's `evaluations:` section: the settings of every evaluation registered after them.
+# params.yaml's `evaluations:` section: the settings of every registered evaluation, by its name.
 EvaluationSections = create_model(  # type: ignore[call-overload]
     "EvaluationSections",
     __base__=EvaluationSettings,
     **{
         name: (evaluation.settings, evaluation.settings())
         for name, evaluation in EVALUATIONS.items()
-        if name not in TOP_LEVEL_SECTIONS
     },
 )
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Self, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -31,11 +31,9 @@ from pydantic import (
 from stages.core.errors import ParamsError
 from stages.core.schema.evaluation_settings import (
     EVALUATIONS,
-    TOP_LEVEL_SECTIONS,
+    FORMERLY_TOP_LEVEL,
     EvaluationSections,
     EvaluationSettings,
-    MtebParams,
-    SentEvalParams,
 )
 from stages.core.schema.objective_settings import SETTINGS_BY_NAME, ObjectiveConfig
 from stages.core.schema.sweeps import GridError, expand_grids
@@ -356,8 +354,10 @@ class MethodParams(Section):
     triplets: dict[str, Any] = Field(
         {}, description="overrides of the triplets section for this method (e.g. a masking rate)"
     )
-    mteb: dict[str, Any] = Field(
-        {}, description="overrides of the mteb section for this method's runs (e.g. its tasks)"
+    evaluations: dict[str, dict[str, Any]] = Field(
+        {},
+        description="overrides of an evaluation's section for this method's runs, by the "
+        "evaluation's name, where it takes them (mteb: e.g. its tasks)",
     )
     per_backbone: dict[Key, MethodOverride] = {}
     method_key: Key | None = Field(
@@ -445,11 +445,9 @@ class Params(Section):
     data: DataParams = DataParams()
     triplets: TripletsParams = TripletsParams()
     train: TrainParams = TrainParams()
-    senteval: SentEvalParams = SentEvalParams()
-    mteb: MtebParams = MtebParams()
     evaluations: EvaluationSections = Field(  # type: ignore[valid-type]
         EvaluationSections(),
-        description="the settings of each evaluation registered after senteval and mteb "
+        description="the settings of each registered evaluation "
         "(stages/core/schema/evaluation_settings.py), by its name",
     )
     report: ReportParams = ReportParams()
@@ -484,12 +482,25 @@ class Params(Section):
             problems += _unknown(
                 f"methods.{name}.per_backbone", method.per_backbone, self.backbones
             )
-            for section, resolve in (("triplets", self.triplets_for), ("mteb", self.mteb_for)):
-                try:
-                    resolve(name)
-                except ValidationError as err:
-                    model = TripletsParams if section == "triplets" else MtebParams
-                    problems += _describe(err, prefix=f"methods.{name}.{section}", root=model)
+            try:
+                self.triplets_for(name)
+            except ValidationError as err:
+                problems += _describe(err, prefix=f"methods.{name}.triplets", root=TripletsParams)
+            for evaluation in method.evaluations:
+                where = f"methods.{name}.evaluations.{evaluation}"
+                if evaluation not in EVALUATIONS:
+                    problems += _unknown(f"methods.{name}.evaluations", [evaluation], EVALUATIONS)
+                elif not EVALUATIONS[evaluation].method_overrides:
+                    problems.append(
+                        f"{where}: {evaluation} takes no per-method settings (every run is "
+                        f"scored alike); set evaluations.{evaluation} instead"
+                    )
+                else:
+                    try:
+                        self.evaluation_settings(evaluation, name)
+                    except ValidationError as err:
+                        root = EVALUATIONS[evaluation].settings
+                        problems += _describe(err, prefix=where, root=root)
             for backbone in [None, *method.per_backbone]:
                 try:
                     self.resolve(name, backbone)
@@ -511,22 +522,15 @@ class Params(Section):
 
     def triplets_for(self, method: str) -> TripletsParams:
         """The masked-triplet settings of ``method``'s runs: the section, its overrides applied."""
-        return self.with_method_overrides("triplets", method)
-
-    def mteb_for(self, method: str | None) -> MtebParams:
-        """The MTEB settings of ``method``'s runs (None: a baseline's, the section as is)."""
-        return self.with_method_overrides("mteb", method)
+        return _overridden(self.triplets, self.methods[method].triplets)
 
     def evaluation_settings(self, evaluation: str, method: str | None) -> EvaluationSettings:
         """The settings of registered evaluation ``evaluation`` for ``method``'s runs (None: a
         baseline's): its section, the method's overrides applied where it takes them."""
-        if EVALUATIONS[evaluation].method_overrides:
-            settings: EvaluationSettings = self.with_method_overrides(evaluation, method)
-        elif evaluation in TOP_LEVEL_SECTIONS:
-            settings = getattr(self, evaluation)
-        else:
-            settings = getattr(self.evaluations, evaluation)
-        return settings
+        section: EvaluationSettings = getattr(self.evaluations, evaluation)
+        if method is None or not EVALUATIONS[evaluation].method_overrides:
+            return section
+        return _overridden(section, self.methods[method].evaluations.get(evaluation))
 
     def planned_evaluations(self) -> tuple[str, ...]:
         """The registered evaluations enabled for a baseline or for some method's runs."""
@@ -536,15 +540,6 @@ class Params(Section):
             for name in EVALUATIONS
             if any(self.evaluation_settings(name, method).is_enabled() for method in methods)
         )
-
-    def with_method_overrides(self, section: str, method: str | None) -> Any:
-        """Section ``section`` (triplets, mteb) as ``method``'s runs read it: the method's
-        ``<section>:`` overrides applied (None: a baseline's, the section as is)."""
-        base = getattr(self, section)
-        overrides = getattr(self.methods[method], section) if method else {}
-        if not overrides:
-            return base
-        return type(base).model_validate(_merge(base.model_dump(), overrides))
 
     def resolve(self, method: str, backbone: str | None) -> ResolvedMethod:
         """The method's objective, schedule and train settings on ``backbone``."""
@@ -559,6 +554,16 @@ class Params(Section):
             "train": _merge(_merge(self.train.model_dump(), m.train), override and override.train),
         }
         return ResolvedMethod.model_validate(resolved)
+
+
+SectionT = TypeVar("SectionT", bound=BaseModel)
+
+
+def _overridden(section: SectionT, overrides: dict[str, Any] | None) -> SectionT:
+    """``section`` with a method's ``overrides`` of it applied (validated as the section)."""
+    if not overrides:
+        return section
+    return type(section).model_validate(_merge(section.model_dump(), overrides))
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any] | None) -> dict[str, Any]:
@@ -648,6 +653,10 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
     """Validate an already-parsed params mapping; raise ParamsError listing every problem."""
     if not isinstance(raw, dict):
         raise ParamsError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    moved = moved_keys(raw)
+    if moved:
+        listed = "\n".join(f"  - {line}" for line in moved)
+        raise ParamsError(f"{source} is invalid:\n{listed}")
     try:
         params = Params.model_validate(expand_grids(raw))
     except GridError as err:
@@ -657,6 +666,24 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         raise ParamsError(f"{source} is invalid:\n{problems}") from None
     params._written = copy.deepcopy(raw)
     return params
+
+
+def moved_keys(raw: dict[str, Any]) -> list[str]:
+    """Where a key of an older params layout is now, one line per key found."""
+    problems = [
+        f"{name}: moved to evaluations.{name} (every evaluation's settings are under "
+        "`evaluations:`, by the evaluation's name)"
+        for name in FORMERLY_TOP_LEVEL
+        if name in raw
+    ]
+    methods = raw.get("methods")
+    for method, spec in (methods if isinstance(methods, dict) else {}).items():
+        for name in FORMERLY_TOP_LEVEL:
+            if isinstance(spec, dict) and name in spec:
+                problems.append(
+                    f"methods.{method}.{name}: moved to methods.{method}.evaluations.{name}"
+                )
+    return problems
 
 
 def duplicate_keys(node: yaml.Node, path: tuple[str, ...] = ()) -> list[str]:
