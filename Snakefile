@@ -32,8 +32,8 @@ localrules:
 
 onstart:
     # Before the first job: the matrix's size, and no silent weeks of training on a CPU.
-    print(cpu_guard.summary(JOBS.params, PARAMS_FILE))
-    stop = cpu_guard.cpu_guard(JOBS.params, PARAMS_FILE)
+    print(cpu_guard.summary(JOBS.plan, PARAMS_FILE))
+    stop = cpu_guard.cpu_guard(JOBS.plan, PARAMS_FILE)
     if stop:
         raise WorkflowError(stop)
 

@@ -11,7 +11,6 @@ pointer the orchestrators track, and the run's curves as CSV.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -23,44 +22,21 @@ import polars as pl
 from stages.core import cli
 from stages.core.cli import parser
 from stages.core.errors import StageError
-from stages.core.identity.experiments import STSB_DEV, Run, planned_run
+from stages.core.identity.experiments import STSB_DEV, Plan, Run, plan_experiments
 from stages.core.planning.cpu_guard import cpu_guard
+from stages.core.planning.train_pointer import write_train_pointer
 from stages.core.schema.data_check import verify_workspace_data
-from stages.core.schema.params import Params, load_params
+from stages.core.schema.params import load_params
 from stages.core.storage import layout
-from stages.core.storage.atomic import remove_temporaries, write_json, write_text
+from stages.core.storage.atomic import remove_temporaries, write_text
 from stages.core.storage.run_folders import (
     LOG_FILE,
     METRICS_FILE,
     is_complete,
-    read_config,
     read_log,
 )
 from stages.core.storage.run_lock import run_lock
-from stages.core.storage.shared_store import SharedStore, read_origin, store_url
-
-
-def pointer(run: Run) -> dict[str, Any]:
-    """experiments/<name>/train.json: the run, its best dev score, and its environment."""
-    folder = run.run_dir
-    metrics = json.loads((folder / METRICS_FILE).read_text(encoding="utf-8"))
-    config = read_config(folder) or {}
-    return {
-        "experiment": run.name,
-        "method": run.method,
-        "backbone": run.backbone,
-        "seed": run.seed,
-        "run_id": run.run_id,
-        "run_dir": str(folder),
-        "best_model": str(folder / "best"),
-        "best_dev_spearman": metrics["best"]["spearman"],
-        "best_step": metrics["best"]["step"],
-        "steps": metrics["steps"],
-        "wall_time_s": metrics["timing"]["wall_s"],
-        "environment": config.get("execution", {}),
-        "origin": read_origin(folder) or {"origin": "unknown"},
-        **({"adopted_from": config["adopted_from"]} if "adopted_from" in config else {}),
-    }
+from stages.core.storage.shared_store import SharedStore, store_url
 
 
 def curve_tables(log: list[dict[str, Any]]) -> dict[str, str]:
@@ -88,10 +64,7 @@ def write_outputs(run: Run) -> None:
     steps, dev = run.curve_files
     write_if_changed(steps, tables["train"])
     write_if_changed(dev, tables["eval"])
-    record = pointer(run)
-    dest = run.pointer_file
-    if not dest.is_file() or json.loads(dest.read_text(encoding="utf-8")) != record:
-        write_json(dest, record)
+    write_train_pointer(run)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -99,13 +72,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("experiment", help="experiment name, e.g. simcse.bert-base.s42")
     args = p.parse_args(argv)
     params = load_params(args.params)
-    run = planned_run(params, args.experiment)
+    plan = plan_experiments(params)
+    run = plan.run(args.experiment)
     main_process = os.environ.get("RANK", "0") == "0"
     url = store_url(params.store.url)
     store = SharedStore(url) if url else None
     stored = is_complete(run.run_dir)
     if not stored:
-        obtain(run, params, args.params, store, main_process)
+        obtain(run, plan, args.params, store, main_process)
     if main_process:
         write_outputs(run)
         if stored:  # said, so that the job's log tells where its result came from
@@ -113,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def obtain(
-    run: Run, params: Params, params_file: str, store: SharedStore | None, main_process: bool
+    run: Run, plan: Plan, params_file: str, store: SharedStore | None, main_process: bool
 ) -> None:
     """Fetch the run from the shared store when it has it complete; otherwise train it here
     (holding the run's lock, and the store's lease) and publish it."""
@@ -121,14 +95,14 @@ def obtain(
         if main_process:  # other ranks of a torchrun have nothing to do
             store.fetch(run.run_id, run.run_dir)
         return
-    stop = cpu_guard(params, params_file)
+    stop = cpu_guard(plan, params_file)
     if stop:
         raise StageError(stop)
     verify_workspace_data(run.corpus, layout.DATA / STSB_DEV, params_file=params_file)
     from stages.training.run_folder import train_run  # torch: only when there is work to do
 
     if not main_process:
-        train_run(run, params)
+        train_run(run, plan.params)
         return
     with (
         run_lock(run.run_dir, run.name),
@@ -141,7 +115,7 @@ def obtain(
             store.fetch(run.run_id, run.run_dir)
             return
         try:
-            train_run(run, params)
+            train_run(run, plan.params)
         except (KeyboardInterrupt, cli.Terminated) as stop:
             stop.add_note(_resumption(run))
             raise

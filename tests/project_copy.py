@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.jobs import CODE_STAGE, build_jobs, dvc_yaml
 from stages.core.schema.params import load_params
 
@@ -32,7 +33,9 @@ def project_copy(tmp_path: Path, params: dict[str, Any] | None) -> Path:
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     if params is not None:
         (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        (root / "dvc.yaml").write_text(dvc_yaml(build_jobs(load_params(root / "params.yaml"))))
+        (root / "dvc.yaml").write_text(
+            dvc_yaml(build_jobs(plan_experiments(load_params(root / "params.yaml"))))
+        )
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     return root
 
@@ -85,7 +88,9 @@ def dvc_shape(root: Path) -> Shape:
     of all jobs and writes their manifests."""
     from dvc.repo import Repo
 
-    jobs = {job.name: job for job in build_jobs(load_params(root / "params.yaml"))}
+    jobs = {
+        job.name: job for job in build_jobs(plan_experiments(load_params(root / "params.yaml")))
+    }
     with Repo(str(root)) as repo:
         shape: Shape = {}
         for stage in repo.index.stages:

@@ -32,8 +32,10 @@ def test_the_core_imports_no_heavy_package() -> None:
         "from stages.core.planning.jobs import build_jobs\n"
         "from stages.core.planning.estimates import dry_run\n"
         "from stages.core.planning.status import status_rows\n"
+        "from stages.core.identity.experiments import plan_experiments\n"
         "for f in ('params.yaml', 'presets/smoke.yaml', 'presets/simace.yaml'):\n"
-        "    p = load_params(f); build_jobs(p, f); dry_run(p, f); status_rows(p)\n"
+        "    p = plan_experiments(load_params(f))\n"
+        "    build_jobs(p, f); dry_run(p, f); status_rows(p)\n"
         f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
     )
     result = subprocess.run(

@@ -10,7 +10,7 @@ import pytest
 
 from stages.core.identity import code as code_identity
 from stages.core.identity.code import code_files, source_fingerprint
-from stages.core.identity.experiments import REPORT_CODE, plan_runs
+from stages.core.identity.experiments import REPORT_CODE, plan_experiments
 from stages.core.schema.evaluation_settings import EVALUATIONS
 from stages.core.schema.params import load_params
 
@@ -45,7 +45,7 @@ def test_a_change_to_the_arithmetic_changes_the_fingerprint(tmp_path: Path) -> N
 
 
 def test_a_run_covers_its_own_loss_and_no_other() -> None:
-    runs = plan_runs(load_params(REPO / "presets" / "smoke.yaml"))
+    runs = plan_experiments(load_params(REPO / "presets" / "smoke.yaml")).runs
     simace = set(runs["simace.tiny-bert.s42"].code_files)
     simcse = set(runs["simcse.tiny-bert.s42"].code_files)
     assert "stages/objectives/simace.py" in simace
@@ -58,7 +58,7 @@ def test_a_run_covers_its_own_loss_and_no_other() -> None:
 
 def test_a_packages_data_files_are_code_of_its_modules(tmp_path: Path) -> None:
     """The published numbers the report joins are in its code; no run's."""
-    runs = plan_runs(load_params(REPO / "presets" / "smoke.yaml"))
+    runs = plan_experiments(load_params(REPO / "presets" / "smoke.yaml")).runs
     assert "stages/reference/published.csv" in code_files(REPORT_CODE)
     assert not any(f.endswith(".csv") for run in runs.values() for f in run.code_files)
     table = tmp_path / "table.csv"
@@ -83,7 +83,9 @@ def test_a_packages_documentation_and_hidden_files_are_not_its_data(
 
 def test_the_senteval_protocol_is_evaluation_code_not_training_code() -> None:
     train = set(
-        plan_runs(load_params(REPO / "presets" / "smoke.yaml"))["simcse.tiny-bert.s42"].code_files
+        plan_experiments(load_params(REPO / "presets" / "smoke.yaml"))
+        .runs["simcse.tiny-bert.s42"]
+        .code_files
     )
     senteval = set(code_files(EVALUATIONS["senteval"].code_modules))
     protocol = "stages/senteval_protocol"
@@ -103,8 +105,10 @@ def test_the_environment_switch_puts_torch_and_transformers_versions_in_every_id
     from stages.core.schema.params import parse_params
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    recorded = plan_runs(parse_params(raw))
-    strict = plan_runs(parse_params({**raw, "identity": {"environment": "major_minor"}}))
+    recorded = plan_experiments(parse_params(raw)).runs
+    strict = plan_experiments(
+        parse_params({**raw, "identity": {"environment": "major_minor"}})
+    ).runs
     assert all(recorded[n].run_id != strict[n].run_id for n in recorded)
     expected = {p: major_minor(software()[p]) for p in ("torch", "transformers")}
     assert all(run.identity["environment"] == expected for run in strict.values())
@@ -131,11 +135,14 @@ def test_what_the_core_derives_from_an_objectives_settings_is_in_its_runs_id(
     from stages.core.schema.objective_settings import AlignMHESettings
 
     params = load_params(REPO / "presets" / "unified_gradient.yaml")
-    before = {name: run.run_id for name, run in plan_runs(params).items()}
+    before = {name: run.run_id for name, run in plan_experiments(params).runs.items()}
     original_mhe = next(n for n in before if n.startswith("align_mhe_original."))
-    assert plan_runs(params)[original_mhe].identity["objective_derived"]["modified"] is False
+    assert (
+        plan_experiments(params).runs[original_mhe].identity["objective_derived"]["modified"]
+        is False
+    )
     monkeypatch.setattr(AlignMHESettings, "modified", property(lambda self: True))
-    after = {name: run.run_id for name, run in plan_runs(params).items()}
+    after = {name: run.run_id for name, run in plan_experiments(params).runs.items()}
     changed = {name for name in before if before[name] != after[name]}
     assert original_mhe in changed
     assert not any(n.startswith(("simcse.", "align_mhs", "barlow", "vicreg")) for n in changed)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from project_copy import project_copy
 
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning import cpu_guard
 from stages.core.schema.params import load_params, parse_params
 
@@ -25,7 +26,9 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_large_matrix_without_a_gpu_is_stopped(no_gpu: None) -> None:
-    message = cpu_guard.cpu_guard(load_params(REPO / "params.yaml"), "params.yaml")
+    message = cpu_guard.cpu_guard(
+        plan_experiments(load_params(REPO / "params.yaml")), "params.yaml"
+    )
     assert message is not None
     for fragment in ("GPU-hours, about", "no GPU is visible", "params=presets/smoke.yaml",
                      "set train.device: cpu in params.yaml", "CSE_ALLOW_CPU=1"):  # fmt: skip
@@ -36,16 +39,25 @@ def test_the_smoke_preset_a_gpu_or_the_switches_let_it_run(
     no_gpu: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert (
-        cpu_guard.cpu_guard(load_params(REPO / "presets/smoke.yaml"), "presets/smoke.yaml") is None
+        cpu_guard.cpu_guard(
+            plan_experiments(load_params(REPO / "presets/smoke.yaml")), "presets/smoke.yaml"
+        )
+        is None
     )
     raw = load_params(REPO / "params.yaml").written()
     forced = parse_params({**raw, "train": {**raw["train"], "device": "cpu"}})
-    assert cpu_guard.cpu_guard(forced, "params.yaml") is None
+    assert cpu_guard.cpu_guard(plan_experiments(forced), "params.yaml") is None
     monkeypatch.setenv(cpu_guard.FORCE_VARIABLE, "1")
-    assert cpu_guard.cpu_guard(load_params(REPO / "params.yaml"), "params.yaml") is None
+    assert (
+        cpu_guard.cpu_guard(plan_experiments(load_params(REPO / "params.yaml")), "params.yaml")
+        is None
+    )
     monkeypatch.delenv(cpu_guard.FORCE_VARIABLE)
     monkeypatch.setattr(cpu_guard, "visible_gpus", lambda: 1)
-    assert cpu_guard.cpu_guard(load_params(REPO / "params.yaml"), "params.yaml") is None
+    assert (
+        cpu_guard.cpu_guard(plan_experiments(load_params(REPO / "params.yaml")), "params.yaml")
+        is None
+    )
 
 
 @pytest.mark.e2e

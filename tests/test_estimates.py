@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stages.commands.pipeline import main
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.estimates import (
     BERT_BASE,
     BERT_LARGE,
@@ -53,7 +53,11 @@ MATRIX: dict[str, Any] = {
 
 def estimates(raw: dict[str, Any]) -> dict[str, float]:
     params = parse_params(raw)
-    return {e.job: e.seconds for job in build_jobs(params) if (e := job_estimate(params, job))}
+    return {
+        e.job: e.seconds
+        for job in build_jobs(plan_experiments(params))
+        if (e := job_estimate(plan_experiments(params), job))
+    }
 
 
 def test_bert_base_has_85m_layer_weights() -> None:
@@ -128,10 +132,10 @@ def test_fewer_senteval_tasks_take_less_time() -> None:
 
 def test_cpu_runs_are_estimated_with_cpu_rates() -> None:
     params = parse_params({**MATRIX, "train": {"device": "cpu"}})
-    jobs = {job.name: job for job in build_jobs(params)}
-    estimate = job_estimate(params, jobs["train.simcse.tiny.s1"])
+    jobs = {job.name: job for job in build_jobs(plan_experiments(params))}
+    estimate = job_estimate(plan_experiments(params), jobs["train.simcse.tiny.s1"])
     assert estimate is not None and estimate.hardware == CPU
-    assert job_estimate(params, jobs["download.corpus"]) is None
+    assert job_estimate(plan_experiments(params), jobs["download.corpus"]) is None
 
 
 def test_limits_add_a_margin_a_floor_and_grow_with_each_attempt() -> None:
@@ -139,11 +143,13 @@ def test_limits_add_a_margin_a_floor_and_grow_with_each_attempt() -> None:
     assert limit_minutes(3600) == 90
     assert limit_minutes(3600, attempt=2) == 180
     params = load_params(REPO / "params.yaml")
-    train = next(job for job in build_jobs(params) if job.stage == "train")
-    assert job_limit_minutes(params, train, attempt=2) == 2 * job_limit_minutes(params, train)
-    report = next(job for job in build_jobs(params) if job.stage == "report")
+    train = next(job for job in build_jobs(plan_experiments(params)) if job.stage == "train")
+    assert job_limit_minutes(plan_experiments(params), train, attempt=2) == 2 * job_limit_minutes(
+        plan_experiments(params), train
+    )
+    report = next(job for job in build_jobs(plan_experiments(params)) if job.stage == "report")
     with pytest.raises(ValueError, match="no estimate for job report"):
-        job_limit_minutes(params, report)
+        job_limit_minutes(plan_experiments(params), report)
 
 
 def test_cli_prints_every_experiment_its_run_id_and_the_total(
@@ -151,7 +157,7 @@ def test_cli_prints_every_experiment_its_run_id_and_the_total(
 ) -> None:
     main(["estimates", "--params", str(REPO / "params.yaml")])
     out = capsys.readouterr().out
-    run_id = plan_runs(load_params(REPO / "params.yaml"))["simcse.bert-base.s42"].run_id
+    run_id = plan_experiments(load_params(REPO / "params.yaml")).runs["simcse.bert-base.s42"].run_id
     assert re.search(rf"simcse\.bert-base\.s42 +{run_id} +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+", out)
     assert re.search(r"baseline\.bert-base-first-last +- +- +[\d.]+", out)
     assert f"GPU-hours in all on {GPU.name}" in out
@@ -160,7 +166,7 @@ def test_cli_prints_every_experiment_its_run_id_and_the_total(
 def test_a_configuration_under_two_names_is_trained_once() -> None:
     twice = {**MATRIX, "methods": {**MATRIX["methods"], "alias": MATRIX["methods"]["simcse"]}}
     twice["experiments"] = [{"methods": ["simcse", "alias"], "backbones": ["base"], "seeds": [1]}]
-    rows = {r.experiment: r for r in dry_run(parse_params(twice))}
+    rows = {r.experiment: r for r in dry_run(plan_experiments(parse_params(twice)))}
     assert rows["simcse.base.s1"].run_id == rows["alias.base.s1"].run_id
     assert rows["simcse.base.s1"].minutes["train"] > 0
     assert rows["alias.base.s1"].minutes["train"] == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from stages.core.identity.experiments import evaluation_id, plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.jobs import build_jobs
 from stages.core.schema.evaluation_settings import (
     EVALUATIONS,
@@ -62,8 +62,12 @@ def test_one_job_per_experiment_and_enabled_evaluation() -> None:
     raw["methods"]["simcse"]["evaluations"] = {"mteb": {"enabled": False}}
     raw["evaluations"] = {"sts_tsv": {"files": {"own": "own.tsv"}}}
     params = parse_params(raw)
-    experiments = [*plan_runs(params), *(f"baseline.{b}" for b in params.baselines)]
-    jobs = {(job.stage, job.key): job for job in build_jobs(params) if job.stage in EVALUATIONS}
+    experiments = [*plan_experiments(params).runs, *(f"baseline.{b}" for b in params.baselines)]
+    jobs = {
+        (job.stage, job.key): job
+        for job in build_jobs(plan_experiments(params))
+        if job.stage in EVALUATIONS
+    }
     for name in experiments:
         mteb = not name.startswith("simcse.")
         assert {e for e in EVALUATIONS if (e, name) in jobs} == {"senteval", "sts_tsv"} | (
@@ -74,7 +78,9 @@ def test_one_job_per_experiment_and_enabled_evaluation() -> None:
         assert "own.tsv" in own.deps and own.metrics == (f"experiments/{name}/sts_tsv.json",)
         assert "evaluations.sts_tsv" in own.params
     # off by default: the smoke preset's graph has no sts_tsv job
-    assert not [job for job in build_jobs(parse_params(smoke())) if job.stage == "sts_tsv"]
+    assert not [
+        job for job in build_jobs(plan_experiments(parse_params(smoke()))) if job.stage == "sts_tsv"
+    ]
 
 
 def test_an_evaluation_id_covers_its_own_settings_and_no_others() -> None:
@@ -83,8 +89,8 @@ def test_an_evaluation_id_covers_its_own_settings_and_no_others() -> None:
     name = "simcse.tiny-bert.s42"
 
     def ids(tree: dict) -> dict[str, str]:
-        params = parse_params(tree)
-        return {e: evaluation_id(e, name, params, plan_runs(params)) for e in EVALUATIONS}
+        plan = plan_experiments(parse_params(tree))
+        return {e: plan.evaluation_id(e, plan.experiment(name)) for e in EVALUATIONS}
 
     before = ids(raw)
     assert len(set(before.values())) == len(EVALUATIONS)
@@ -111,8 +117,8 @@ def test_data_outside_the_workspace_data_folder_is_identified_by_its_files(
     name = "simcse.tiny-bert.s42"
 
     def senteval_id(tree: dict) -> str:
-        params = parse_params(tree)
-        return evaluation_id("senteval", name, params, plan_runs(params))
+        plan = plan_experiments(parse_params(tree))
+        return plan.evaluation_id("senteval", plan.experiment(name))
 
     default = parse_params(raw).evaluations.senteval
     manifest = load_manifest().datasets["senteval"].files

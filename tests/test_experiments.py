@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import parse_params
 
 MATRIX: dict[str, Any] = {
@@ -29,7 +29,7 @@ MATRIX: dict[str, Any] = {
 
 
 def run_ids(raw: dict[str, Any]) -> dict[str, str]:
-    return {name: run.run_id for name, run in plan_runs(parse_params(raw)).items()}
+    return {name: run.run_id for name, run in plan_experiments(parse_params(raw)).runs.items()}
 
 
 def test_matrix_expands_to_named_runs_with_distinct_ids() -> None:
@@ -99,7 +99,7 @@ def test_corpus_choices_are_the_manifests_corpora() -> None:
 
 
 def test_run_identity_names_the_data_by_checksum() -> None:
-    run = next(iter(plan_runs(parse_params(MATRIX)).values()))
+    run = next(iter(plan_experiments(parse_params(MATRIX)).runs.values()))
     assert run.identity["corpus"]["sha256"] == (
         "7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706"
     )
@@ -111,7 +111,7 @@ def test_a_local_model_folder_is_identified_by_its_files(
 ) -> None:
     """A path names no weights: overwriting the folder's files must give new run, triplet and
     baseline ids (a hub id with its revision, or a package, names its files and keeps its id)."""
-    from stages.core.identity.experiments import evaluation_id, plan_baselines, triplets_id
+    from stages.core.identity.experiments import plan_experiments, triplets_id
     from stages.core.schema.evaluation_settings import EVALUATIONS
     from stages.core.storage import hashing
 
@@ -128,12 +128,12 @@ def test_a_local_model_folder_is_identified_by_its_files(
 
     def ids() -> dict[str, str]:
         params = parse_params(raw)
-        runs = plan_runs(params)
-        out = {name: run.run_id for name, run in runs.items()}
+        plan = plan_experiments(params)
+        out = {name: run.run_id for name, run in plan.runs.items()}
         out["triplets"] = triplets_id(params, "local", "arccse")
         out["triplets.minilm"] = triplets_id(params, "minilm", "arccse")
-        (baseline,) = plan_baselines(params)
-        out["baseline"] = evaluation_id(next(iter(EVALUATIONS)), baseline, params, runs)
+        (baseline,) = plan.baselines.values()
+        out["baseline"] = plan.evaluation_id(next(iter(EVALUATIONS)), baseline)
         return out
 
     before = ids()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from project_copy import dvc_shape, project_copy, snakemake_shape
 
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.jobs import build_jobs, check_dvc_yaml
 from stages.core.schema.params import ParamsError, load_params, parse_params
 
@@ -51,7 +51,7 @@ def test_snakemake_and_dvc_run_the_same_dag(tmp_path: Path, params: dict[str, An
     root = project_copy(tmp_path, params)
     snakemake, dvc = snakemake_shape(root), dvc_shape(root)
     assert snakemake == dvc
-    n_runs = len(plan_runs(load_params(root / "params.yaml")))
+    n_runs = len(plan_experiments(load_params(root / "params.yaml")).runs)
     assert sum(cmd.startswith("python -m stages.train") for cmd, _ in dvc.values()) == n_runs
 
 
@@ -88,7 +88,9 @@ def test_changing_one_methods_tau_reruns_only_its_jobs() -> None:
 
     def fingerprints(raw: dict[str, Any]) -> dict[str, str]:
         params = parse_params(raw)
-        return {job.name: job_fingerprint(params, job) for job in build_jobs(params)}
+        return {
+            job.name: job_fingerprint(params, job) for job in build_jobs(plan_experiments(params))
+        }
 
     before = fingerprints(WIDE_MATRIX)
     changed = yaml.safe_load(yaml.safe_dump(WIDE_MATRIX))
@@ -120,10 +122,12 @@ def test_an_edit_inside_a_local_model_folder_reruns_its_jobs(
 
     def fingerprints() -> dict[str, str]:
         params = parse_params(raw)
-        return {job.name: job_fingerprint(params, job) for job in build_jobs(params)}
+        return {
+            job.name: job_fingerprint(params, job) for job in build_jobs(plan_experiments(params))
+        }
 
     before = fingerprints()
-    jobs = {job.name: job for job in build_jobs(parse_params(raw))}
+    jobs = {job.name: job for job in build_jobs(plan_experiments(parse_params(raw)))}
     assert str(folder) in jobs["train.simcse.local.s1"].deps
     assert str(folder) in jobs["senteval.baseline.local-mean"].deps
     (folder / "config.json").write_text('{"hidden_dropout_prob": 0.3}')
@@ -139,16 +143,18 @@ def test_an_edit_inside_a_local_model_folder_reruns_its_jobs(
 
 def test_the_triplets_stage_runs_only_for_objectives_that_need_triplets() -> None:
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    jobs = build_jobs(parse_params(raw))
+    jobs = build_jobs(plan_experiments(parse_params(raw)))
     triplets = [job for job in jobs if job.stage == "triplets"]
     params = parse_params(raw)
-    arccse = plan_runs(params)["arccse.bert-base.s42"]
+    arccse = plan_experiments(params).runs["arccse.bert-base.s42"]
     assert [job.key for job in triplets] == [arccse.triplets_id]  # arccse.bert-base.s42 needs them
     train = {job.key: job for job in jobs if job.stage == "train"}
     assert triplets[0].outs[0] in train["arccse.bert-base.s42"].deps
     assert triplets[0].outs[0] not in train["simcse.bert-base.s42"].deps
     raw["experiments"] = [{"methods": ["simcse", "simace"], "backbones": ["bert-base"]}]
-    assert not [job for job in build_jobs(parse_params(raw)) if job.stage == "triplets"]
+    assert not [
+        job for job in build_jobs(plan_experiments(parse_params(raw))) if job.stage == "triplets"
+    ]
 
 
 def test_the_masking_rate_and_the_mteb_tasks_can_differ_per_method() -> None:
@@ -163,8 +169,8 @@ def test_the_masking_rate_and_the_mteb_tasks_can_differ_per_method() -> None:
     raw["experiments"] = [{"methods": ["simcse", "arccse", "arccse-short15", "simace"],
                            "backbones": ["tiny-bert"], "seeds": [42]}]  # fmt: skip
     params = parse_params(raw)
-    runs = plan_runs(params)
-    jobs = build_jobs(params)
+    runs = plan_experiments(params).runs
+    jobs = build_jobs(plan_experiments(params))
     triplets = [job for job in jobs if job.stage == "triplets"]
     ids = {runs[f"{m}.tiny-bert.s42"].triplets_id for m in ("arccse", "arccse-short15")}
     assert len(ids) == 2 and {job.key for job in triplets} == ids
@@ -183,5 +189,5 @@ def test_the_report_depends_on_the_plan() -> None:
     from stages.core.schema.params import parse_params
 
     params = parse_params(yaml.safe_load(yaml.safe_dump(WIDE_MATRIX)))
-    (report,) = [job for job in build_jobs(params) if job.stage == "report"]
+    (report,) = [job for job in build_jobs(plan_experiments(params)) if job.stage == "report"]
     assert {"experiments", "backbones", "baselines"} <= set(report.params)

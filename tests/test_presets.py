@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from stages.commands import pipeline
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.estimates import dry_run, format_dry_run
 from stages.core.planning.jobs import build_jobs
 from stages.core.schema.params import Params, ResolvedMethod, load_params
@@ -68,7 +68,7 @@ def test_every_key_dvc_tracks_is_spelled_out(path: str) -> None:
     """DVC reads tracked params from the file itself, so a key left to its schema default
     would stop `dvc repro` ("Parameters ... are missing")."""
     raw = yaml.safe_load((REPO / path).read_text())
-    for job in build_jobs(load_params(REPO / path), path):
+    for job in build_jobs(plan_experiments(load_params(REPO / path)), path):
         for key in job.params:
             node = raw
             for part in key.split("."):
@@ -81,15 +81,15 @@ def test_preset_plans_and_dry_runs_every_run(
     paper: str, presets: dict[str, Params], capsys: pytest.CaptureFixture[str]
 ) -> None:
     params = presets[paper]
-    runs = plan_runs(params)
-    rows = {r.experiment: r for r in dry_run(params, PRESETS[paper])}
+    runs = plan_experiments(params).runs
+    rows = {r.experiment: r for r in dry_run(plan_experiments(params), PRESETS[paper])}
     assert set(runs) <= set(rows)
     for name, run in runs.items():
         assert rows[name].run_id == run.run_id
         assert rows[name].minutes["train"] > 0 and rows[name].minutes["senteval"] > 0
         assert ("mteb" in rows[name].minutes) == params.evaluations.mteb.enabled
     assert len({run.run_id for run in runs.values()}) == len(runs)  # no run trained twice
-    report = format_dry_run(params, list(rows.values()))
+    report = format_dry_run(plan_experiments(params), list(rows.values()))
     assert f"{len(runs)} trained runs" in report and "GPU-hours in all" in report
 
 
@@ -101,7 +101,7 @@ def test_preset_generates_a_dvc_pipeline(
     pipeline.main(["dvc", "--params", str(REPO / path)])
     stages = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
     trains = [s for s in stages.values() if s["cmd"].startswith("python -m stages.train")]
-    assert len(trains) == len(plan_runs(load_params(REPO / path)))
+    assert len(trains) == len(plan_experiments(load_params(REPO / path)).runs)
     assert all(f"--params {REPO / path}" in s["cmd"] for s in stages.values())
 
 
@@ -121,7 +121,7 @@ def test_snakemake_dry_runs_every_preset(tmp_path: Path) -> None:
             cwd=root, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, f"{paper}: {done.stderr[-2000:]}"
-        n_runs = len(plan_runs(load_params(root / path)))
+        n_runs = len(plan_experiments(load_params(root / path)).runs)
         counts = dict(
             line.split()[:2] for line in done.stdout.splitlines() if line.startswith("train")
         )
@@ -130,7 +130,9 @@ def test_snakemake_dry_runs_every_preset(tmp_path: Path) -> None:
 
 def trained_keys(params: Params) -> set[tuple[str, str]]:
     """(method key, backbone) of every run the preset trains."""
-    return {(params.method_key(r.method), r.backbone) for r in plan_runs(params).values()}
+    return {
+        (params.method_key(r.method), r.backbone) for r in plan_experiments(params).runs.values()
+    }
 
 
 def test_every_published_method_is_a_method_of_some_preset(
@@ -170,7 +172,7 @@ def test_the_temperature_sweep_covers_table_1_of_the_cooldown_paper(
     params = presets["cooldown"]
     swept = {
         (params.methods[r.method].sweep or f"tau={r.settings.objective.tau:.2f}", r.backbone)
-        for r in plan_runs(params).values()
+        for r in plan_experiments(params).runs.values()
         if params.method_key(r.method) == "simcse" and r.settings.temperature.schedule == "constant"
     }
     rows = published().filter(paper="cooldown", table="Table 1")
@@ -222,7 +224,7 @@ def test_every_preset_runs_the_implementation_behind_the_published_numbers(
     """One policy: papers 002 and 003 tuned their tables' values on their released code, which
     produced the published numbers, so every preset runs implementation: code."""
     for params in [*presets.values(), *ablations.values()]:
-        for run in plan_runs(params).values():
+        for run in plan_experiments(params).runs.values():
             objective = resolved(params, run.method, run.backbone).objective
             assert getattr(objective, "implementation", "code") == "code", run.method
 
@@ -249,14 +251,14 @@ def test_sweeps_the_papers_report_outside_their_tables(presets: dict[str, Params
     simace = presets["simace"]
     taus = {
         resolved(simace, r.method, r.backbone).objective.tau
-        for r in plan_runs(simace).values()
+        for r in plan_experiments(simace).runs.values()
         if simace.method_key(r.method) == "simace" and r.backbone == "bert-base"
     }
     assert taus == {0.05, 0.06, 0.07}
     p003 = presets["align_uniform"]
     margins = {
         resolved(p003, r.method, r.backbone).objective.margin
-        for r in plan_runs(p003).values()
+        for r in plan_experiments(p003).runs.values()
         if p003.method_key(r.method) == "mpt" and r.backbone == "bert-base"
     }
     assert {0.10, 0.23, 0.80} <= margins and len(margins) >= 5
@@ -282,7 +284,7 @@ def test_arccse_table_3_and_gradient_accumulation(
         if (t := resolved(p, m, "bert-base").train).gradient_accumulation_steps > 1
     }
     assert accumulated == {(8, 8), (16, 4), (32, 2), (16, 64)}
-    planned = {r.method for r in plan_runs(p).values()}
+    planned = {r.method for r in plan_experiments(p).runs.values()}
     assert planned == set(p.methods)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.estimates import job_limit_minutes
 from stages.core.planning.jobs import build_jobs
 from stages.core.schema.params import load_params
@@ -79,13 +80,15 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
     )
     jobs = dry_run_jobs(REPO, "--profile", str(PROFILES / "slurm"))
     params = load_params(REPO / "params.yaml")
-    for job in build_jobs(params):
+    for job in build_jobs(plan_experiments(params)):
         dry = jobs[job.outputs[0]]
         if job.gpu:
             assert dry["resources"]["gpu"] == "1"
             assert dry["resources"]["mem_mb"] == "32000"
             assert dry["resources"]["cpus_per_task"] == "8"
-            assert dry["resources"]["runtime"] == str(job_limit_minutes(params, job))
+            assert dry["resources"]["runtime"] == str(
+                job_limit_minutes(plan_experiments(params), job)
+            )
             # the caller's thread settings, then the GPU slot (see workflow/rules/rule_jobs.py)
             assert dry["shell"].startswith("env ")
             log = f"logs/{job.stage}/{job.key}.log"

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from stages.core.errors import StageError
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.evaluation_store import reuse_evaluation, store_evaluation
 from stages.core.planning.status import adopt_legacy_run, status_rows
 from stages.core.schema.params import load_params
@@ -40,19 +40,19 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def rows_by_name(params) -> dict[str, dict[str, str]]:
-    return {row["experiment"]: row for row in status_rows(params)}
+    return {row["experiment"]: row for row in status_rows(plan_experiments(params))}
 
 
 def test_a_run_made_before_code_identity_is_listed_and_adopted_only_on_request(store: Path):
     params = load_params(REPO / "params.yaml")
-    run = plan_runs(params)[EXPERIMENT]
+    run = plan_experiments(params).runs[EXPERIMENT]
     old = {k: v for k, v in run.identity.items() if k not in ("code", "environment")}
     write_run(store / "0123456789abcdef", {**old, "id_schema": 1})
     row = rows_by_name(params)[EXPERIMENT]
     assert row["run stored"].startswith("- (old run 0123456789abcdef, code unknown")
     assert f"adopt {EXPERIMENT}" in row["run stored"]
 
-    message = adopt_legacy_run(params, EXPERIMENT)
+    message = adopt_legacy_run(plan_experiments(params), EXPERIMENT)
     assert "0123456789abcdef" in message and run.run_id in message
     assert rows_by_name(params)[EXPERIMENT]["run stored"] == "yes (adopted, code unknown)"
     assert (store / "0123456789abcdef" / "config.json").is_file()  # nothing deleted
@@ -62,17 +62,17 @@ def test_a_run_made_before_code_identity_is_listed_and_adopted_only_on_request(s
 
 def test_a_run_with_other_settings_is_not_offered(store: Path):
     params = load_params(REPO / "params.yaml")
-    run = plan_runs(params)[EXPERIMENT]
+    run = plan_experiments(params).runs[EXPERIMENT]
     old = {k: v for k, v in run.identity.items() if k not in ("code", "environment")}
     write_run(store / "0123456789abcdef", {**old, "seed": 7})
     assert rows_by_name(params)[EXPERIMENT]["run stored"] == "-"
     with pytest.raises(StageError, match="no run made before code identity matches"):
-        adopt_legacy_run(params, EXPERIMENT)
+        adopt_legacy_run(plan_experiments(params), EXPERIMENT)
 
 
 def test_an_incomplete_run_folder_is_reported_broken(store: Path):
     params = load_params(REPO / "params.yaml")
-    run = plan_runs(params)[EXPERIMENT]
+    run = plan_experiments(params).runs[EXPERIMENT]
     write_run(run.run_dir, run.identity)
     (run.run_dir / "final" / "model.safetensors").unlink()
     state = rows_by_name(params)[EXPERIMENT]["run stored"]
@@ -82,23 +82,24 @@ def test_an_incomplete_run_folder_is_reported_broken(store: Path):
 def test_a_stored_evaluation_writes_the_folders_beside_its_results_again(
     store: Path, tmp_path: Path
 ) -> None:
-    params = load_params(REPO / "params.yaml")
+    plan = plan_experiments(load_params(REPO / "params.yaml"))
+    experiment = plan.experiment(EXPERIMENT)
     output = tmp_path / "experiments" / EXPERIMENT / "mteb.json"
     native = output.parent / "mteb_results"
     (native / "results" / "m").mkdir(parents=True)
     (native / "results" / "m" / "STS12.json").write_text("12")
-    assert not reuse_evaluation("mteb", EXPERIMENT, params, output, [native])  # nothing stored
-    store_evaluation("mteb", EXPERIMENT, params, {"average": 1.0}, [native])
+    assert not reuse_evaluation(plan, "mteb", experiment, output, [native])  # nothing stored
+    store_evaluation(plan, "mteb", experiment, {"average": 1.0}, [native])
 
     (native / "results" / "m" / "STS12.json").write_text("changed")
     (native / "results" / "other").mkdir()
     (native / "results" / "other" / "STS12.json").write_text("another model's")
-    assert reuse_evaluation("mteb", EXPERIMENT, params, output, [native])
+    assert reuse_evaluation(plan, "mteb", experiment, output, [native])
     assert (native / "results" / "m" / "STS12.json").read_text() == "12"
     assert (native / "results" / "other" / "STS12.json").read_text() == "another model's"
     assert json.loads(output.read_text())["average"] == 1.0
     # a stored result without the folder asked for is not reused: computed again, it is stored
-    assert not reuse_evaluation("mteb", EXPERIMENT, params, output, [output.parent / "absent"])
+    assert not reuse_evaluation(plan, "mteb", experiment, output, [output.parent / "absent"])
 
 
 def test_the_report_warns_when_runs_differ_in_environment():
@@ -115,12 +116,13 @@ def test_status_tells_current_outputs_from_stale_ones(
     training for the planned run id, an evaluation for the planned evaluation id."""
     monkeypatch.chdir(tmp_path)
     params = load_params(REPO / "params.yaml")
-    runs = plan_runs(params)
+    plan = plan_experiments(params)
+    runs = plan.runs
     folder = layout.experiment_dir(EXPERIMENT)
     folder.mkdir(parents=True)
     (folder / "train.json").write_text(json.dumps({"run_id": runs[EXPERIMENT].run_id}))
     record = {"tasks": {}, "encoder": {"run_id": runs[EXPERIMENT].run_id}}
-    stored = store_evaluation("senteval", EXPERIMENT, params, record)
+    stored = store_evaluation(plan, "senteval", runs[EXPERIMENT], record)
     (folder / "senteval.json").write_text(json.dumps(stored))
     row = rows_by_name(params)[EXPERIMENT]
     assert (row["train"], row["senteval"], row["mteb"]) == ("yes", "yes", "-")

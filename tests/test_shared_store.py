@@ -176,10 +176,10 @@ def test_two_trainers_of_one_run_on_two_workspaces(
     (root / "params.yaml").write_text(yaml.safe_dump(raw))
     monkeypatch.chdir(root)
     monkeypatch.setenv("CSE_STORE_URL", s3_url)
-    from stages.core.identity.experiments import plan_runs
+    from stages.core.identity.experiments import plan_experiments
     from stages.core.schema.params import load_params
 
-    run_id = plan_runs(load_params("params.yaml"))[EXPERIMENT].run_id
+    run_id = plan_experiments(load_params("params.yaml")).runs[EXPERIMENT].run_id
     monkeypatch.setattr(runner, "train", no_training)
     locked = r"is being trained from another workspace \(host"
     with (
@@ -296,7 +296,7 @@ def test_the_runs_commands_list_push_pull_verify_and_gc(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
     from stages.commands import store as runs
-    from stages.core.identity.experiments import plan_runs
+    from stages.core.identity.experiments import plan_experiments
     from stages.core.schema.params import load_params
 
     store = tmp_path / "store"
@@ -305,7 +305,7 @@ def test_the_runs_commands_list_push_pull_verify_and_gc(
     (root / "params.yaml").write_text(yaml.safe_dump(TINY))
     monkeypatch.chdir(root)
     monkeypatch.setenv("CSE_STORE_URL", str(store))
-    planned = plan_runs(load_params("params.yaml"))[EXPERIMENT]
+    planned = plan_experiments(load_params("params.yaml")).runs[EXPERIMENT]
     complete_run(Path(planned.run_dir), EXPERIMENT)
     complete_run(root / "runs" / ("f" * 16), "an.old.experiment")
 

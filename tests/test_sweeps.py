@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.jobs import build_jobs, param_values
 from stages.core.schema.params import ParamsError, parse_params
 
@@ -33,12 +33,12 @@ def test_a_grid_expands_into_named_points_in_every_group() -> None:
         method = params.methods[point]
         assert method.objective.margin_deg == margin
         assert method.sweep == f"margin_deg={margin}" and params.method_key(point) == "arccse"
-    assert {f"{p}.tiny-bert.s42" for p in points} <= set(plan_runs(params))
+    assert {f"{p}.tiny-bert.s42" for p in points} <= set(plan_experiments(params).runs)
 
 
 def test_a_point_has_the_run_id_of_the_hand_written_method() -> None:
-    by_hand = plan_runs(parse_params(SMOKE))["arccse.tiny-bert.s42"]
-    swept = plan_runs(parse_params(with_margin_grid([5.0, 10.0])))
+    by_hand = plan_experiments(parse_params(SMOKE)).runs["arccse.tiny-bert.s42"]
+    swept = plan_experiments(parse_params(with_margin_grid([5.0, 10.0]))).runs
     assert swept["arccse[margin_deg=10.0].tiny-bert.s42"].run_id == by_hand.run_id
     assert swept["arccse[margin_deg=5.0].tiny-bert.s42"].run_id != by_hand.run_id
 
@@ -55,7 +55,7 @@ def test_grids_over_several_keys_take_the_cross_product() -> None:
 
 def test_jobs_track_the_written_method_and_quote_the_point() -> None:
     params = parse_params(with_margin_grid([0.0, 10.0]))
-    train = {j.key: j for j in build_jobs(params) if j.stage == "train"}
+    train = {j.key: j for j in build_jobs(plan_experiments(params)) if j.stage == "train"}
     job = train["arccse[margin_deg=0.0].tiny-bert.s42"]
     assert "methods.arccse" in job.params
     assert job.cmd == "python -m stages.train 'arccse[margin_deg=0.0].tiny-bert.s42'"

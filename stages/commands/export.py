@@ -22,7 +22,7 @@ from typing import Any
 
 from stages.core.cli import parser
 from stages.core.errors import StageError
-from stages.core.identity.experiments import planned_run
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import load_params
 from stages.core.storage import layout
 from stages.core.storage.atomic import atomic_path
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--dry-run", action="store_true", help="with --push-to-hub: only list")
     args = p.parse_args(argv)
     params = load_params(args.params)
-    selected = planned_run(params, args.experiment)
+    selected = plan_experiments(params).run(args.experiment)
     run_dir = layout.run_dir(selected.run_id)
     checkpoint = run_dir / args.checkpoint
     if not checkpoint.is_dir():

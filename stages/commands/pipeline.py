@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.estimates import dry_run, format_dry_run
 from stages.core.planning.jobs import DVC_YAML, build_jobs, check_dvc_yaml, code_manifests, dvc_yaml
 from stages.core.planning.status import adopt_legacy_run, status_rows
@@ -42,28 +43,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_text(README, with_evaluations_table(README.read_text(encoding="utf-8")))
         print(f"wrote the evaluations table of {README}")
         return
-    params = load_params(args.params)
-    if args.command == "estimates":
-        print(f"dry run of {args.params}")
-        print(format_dry_run(params, dry_run(params, args.params)))
-    elif args.command == "dvc":
-        jobs = build_jobs(params, args.params)
-        write_text(DVC_YAML, dvc_yaml(jobs, args.params))
-        print(f"wrote {DVC_YAML} ({len(jobs)} stages)")
-    elif args.command == "code-manifests":
-        manifests = code_manifests(build_jobs(params, args.params))
-        for path, manifest in manifests.items():
-            write_json(Path(path), manifest)
-        print(f"wrote {len(manifests)} code manifests")
-    elif args.command == "check-dvc":
+    if args.command == "check-dvc":
         problem = check_dvc_yaml(args.params)
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(1)
         print(f"{DVC_YAML} is up to date")
+        return
+    plan = plan_experiments(load_params(args.params))
+    if args.command == "estimates":
+        print(f"dry run of {args.params}")
+        print(format_dry_run(plan, dry_run(plan, args.params)))
+    elif args.command == "dvc":
+        jobs = build_jobs(plan, args.params)
+        write_text(DVC_YAML, dvc_yaml(jobs, args.params))
+        print(f"wrote {DVC_YAML} ({len(jobs)} stages)")
+    elif args.command == "code-manifests":
+        manifests = code_manifests(build_jobs(plan, args.params))
+        for path, manifest in manifests.items():
+            write_json(Path(path), manifest)
+        print(f"wrote {len(manifests)} code manifests")
     elif args.command == "adopt":
         if not args.experiment:
             parser.error("adopt needs an experiment name")
-        print(adopt_legacy_run(params, args.experiment))
+        print(adopt_legacy_run(plan, args.experiment))
     else:
-        print_table(status_rows(params))
+        print(f"status of {args.params}")
+        print_table(status_rows(plan))

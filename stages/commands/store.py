@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 from stages.core.errors import StageError
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import DEFAULT_PARAMS, load_params
 from stages.core.storage import layout
 from stages.core.storage.run_folders import is_complete, read_config
@@ -47,10 +47,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             local = "local" if is_complete(layout.run_dir(run_id)) else "-"
             print(f"{run_id}  {manifest.get('experiment', '?'):40s}  {when}  {local}")
     elif args.command == "pull":
-        runs = plan_runs(load_params(args.params))
-        if args.experiment not in runs:
-            raise StageError(f"unknown experiment '{args.experiment}'; planned: {', '.join(runs)}")
-        target = runs[args.experiment]
+        target = plan_experiments(load_params(args.params)).run(args.experiment)
         if is_complete(target.run_dir):
             print(f"{args.experiment}: run {target.run_id} is already here")
             return
@@ -74,7 +71,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         if not args.keep:
             raise StageError("gc needs --keep PARAMS [PARAMS ...]: the runs they use stay")
-        kept = {r.run_id for f in args.keep for r in plan_runs(load_params(f)).values()}
+        kept = {
+            run.run_id
+            for file in args.keep
+            for run in plan_experiments(load_params(file)).runs.values()
+        }
         doomed = [run_id for run_id in store.run_ids() if run_id not in kept]
         if not doomed:
             print("nothing to delete")

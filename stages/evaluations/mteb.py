@@ -26,12 +26,11 @@ from pydantic import ValidationError
 
 from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int
 from stages.core.errors import StageError
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.data_check import verify_workspace_data
 from stages.core.schema.evaluation_settings import MtebParams
 from stages.core.schema.mteb_task_sets import TASK_SETS, task_names
-from stages.core.schema.params import DEFAULT_PARAMS, Params, load_params
-from stages.evaluations.results import run_evaluation
+from stages.evaluations.results import project_params, run_evaluation, target_from_arguments
 from stages.mteb_protocol.native_results import NATIVE_DIR, native_results_dir
 
 if TYPE_CHECKING:
@@ -59,22 +58,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_target_arguments(p, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-    explicit = args.params != str(DEFAULT_PARAMS)
-    params = load_params(args.params) if Path(args.params).is_file() or explicit else None
-    planned = mteb_settings(params, args.experiment) if params else MtebParams()
-    settings = _settings(planned, args)
+    params = project_params(args.params)
     if args.model and args.output and not args.max_length:
         args.max_length = _declared_max_length(args.model, args.revision)
+    plan = plan_experiments(params) if params and args.experiment else None
+    target = target_from_arguments(args, "mteb", plan)
+    method = target.experiment.method if target.experiment else None
+    planned = params.evaluation_settings("mteb", method) if params else MtebParams()
+    assert isinstance(planned, MtebParams)
+    settings = _settings(planned, args)
     label = args.experiment or args.name or args.model
     output, results = run_evaluation(
         "mteb",
-        args,
-        params,
+        target,
         lambda encoder, out: evaluate_encoder(
             encoder, label, settings, native_results_dir(out), params_file=args.params
         ),
         # the matrix's own evaluation (settings as params give them) is stored under its id
-        as_planned=bool(args.experiment) and params is not None and settings == planned,
+        stored=bool(args.experiment) and settings == planned,
         batch_size=settings.batch_size,
         beside=(NATIVE_DIR,),
     )
@@ -134,15 +135,6 @@ def evaluate_encoder(
         # relative to the results JSON's folder: true wherever a stored result is written back
         results["mteb_native_results"] = str(folder.relative_to(native_dir.parent))
     return results
-
-
-def mteb_settings(params: Params, experiment: str | None) -> MtebParams:
-    """The experiment's MTEB settings: its method's overrides applied (a baseline: the section)."""
-    runs = plan_runs(params)
-    method = runs[experiment].method if experiment in runs else None
-    settings = params.evaluation_settings("mteb", method)
-    assert isinstance(settings, MtebParams)
-    return settings
 
 
 def _settings(base: MtebParams, args: argparse.Namespace) -> MtebParams:

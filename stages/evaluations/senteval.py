@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int
 from stages.core.errors import StageError
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.data_check import verify_workspace_data
 from stages.core.schema.evaluation_settings import SENTEVAL_TASKS, SentEvalParams
-from stages.core.schema.params import DEFAULT_PARAMS, load_params
 from stages.core.storage import layout
-from stages.evaluations.results import run_evaluation
+from stages.evaluations.results import project_params, run_evaluation, target_from_arguments
 from stages.senteval_protocol.loaders import TASK_FOLDERS, DataFormatError, downstream_dir
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_target_arguments(p, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-    settings = _settings(args.params, explicit=args.params != str(DEFAULT_PARAMS))
+    params = project_params(args.params)
+    settings = params.evaluations.senteval if params else SentEvalParams()
     overrides = {"tasks": args.tasks, "mode": args.mode, "batch_size": args.batch_size}
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     data_dir = args.data_dir or settings.data_dir
@@ -102,14 +103,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         (args.tasks, args.mode, args.batch_size, args.data_dir, args.output, args.no_cache)
     )
     cache_dir = None if args.no_cache else args.cache_dir
+    plan = plan_experiments(params) if params and args.experiment else None
     output, results = run_evaluation(
         "senteval",
-        args,
-        load_params(args.params) if args.experiment else None,
+        target_from_arguments(args, "senteval", plan),
         lambda encoder, _: evaluate_encoder(
             encoder, settings, data_dir=data_dir, cache_dir=cache_dir
         ),
-        as_planned=bool(as_planned),
+        stored=bool(as_planned),
         batch_size=settings.batch_size,
     )
     summary = results["summary"] if results else {}
@@ -118,9 +119,3 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{key}: {summary[key]:.2f}")
     print(f"wrote {output}" + ("" if results else " (the stored result of the same evaluation)"))
 
-
-def _settings(params_path: str, explicit: bool) -> SentEvalParams:
-    """params.yaml's senteval section; the schema defaults when run outside a project."""
-    if Path(params_path).is_file() or explicit:
-        return load_params(params_path).evaluations.senteval
-    return SentEvalParams()

@@ -27,10 +27,10 @@ from pydantic import ValidationError
 
 from stages.core.cli import add_target_arguments, parse_target_arguments, parser
 from stages.core.errors import StageError
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.evaluation_settings import StsTsvParams
-from stages.core.schema.params import DEFAULT_PARAMS, load_params
 from stages.core.storage.hashing import sha256_of
-from stages.evaluations.results import run_evaluation
+from stages.evaluations.results import project_params, run_evaluation, target_from_arguments
 from stages.senteval_protocol.loaders import DataFile, StsPairs, StsTask
 
 if TYPE_CHECKING:
@@ -110,8 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_target_arguments(p, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-    explicit = args.params != str(DEFAULT_PARAMS)
-    params = load_params(args.params) if Path(args.params).is_file() or explicit else None
+    params = project_params(args.params)
     planned = params.evaluations.sts_tsv if params else StsTsvParams()
     try:
         files = dict(f.split("=", 1) for f in args.file) if args.file else planned.files
@@ -120,13 +119,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise StageError(f"--file NAME=TSV: {err}") from None
     if not settings.files:
         raise StageError("no file to score: set evaluations.sts_tsv.files or pass --file NAME=TSV")
+    plan = plan_experiments(params) if params and args.experiment else None
     output, results = run_evaluation(
         "sts_tsv",
-        args,
-        params,
+        target_from_arguments(args, "sts_tsv", plan),
         lambda encoder, _: score_files(encoder, settings.files),
         # the matrix's own evaluation (its files as params give them) is stored under its id
-        as_planned=bool(args.experiment) and not args.file and not args.output,
+        stored=bool(args.experiment) and not args.file and not args.output,
         batch_size=settings.batch_size,
     )
     for name, scores in (results or {}).get("scores", {}).items():

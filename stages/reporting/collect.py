@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from stages.core.identity.experiments import plan_baselines, plan_runs
+from stages.core.identity.experiments import Plan, plan_experiments
 from stages.core.planning.status import recorded_output
 from stages.core.schema.evaluation_settings import STSB_DEV_TASK
 from stages.core.schema.params import Params
@@ -75,7 +75,9 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def plan(params: Params) -> list[Planned]:
+def planned_experiments(plan: Plan) -> list[Planned]:
+    """The plan's runs, then its baselines, as the tables identify them."""
+    params = plan.params
     planned = [
         Planned(
             name,
@@ -88,10 +90,10 @@ def plan(params: Params) -> list[Planned]:
             params.method_key(run.method),
             params.methods[run.method].sweep,
         )
-        for name, run in plan_runs(params).items()
+        for name, run in plan.runs.items()
     ]
-    for name, baseline in plan_baselines(params).items():
-        settings = flatten(baseline.model_dump(mode="json"))
+    for name, baseline in plan.baselines.items():
+        settings = flatten(baseline.spec.model_dump(mode="json"))
         planned.append(
             Planned(name, "baseline", name, baseline.backbone, None, None, settings, name)
         )
@@ -185,7 +187,8 @@ def is_planned(params: Params, entry: Planned, source: str) -> bool:
 
 def collect(params: Params, root: Path = Path(".")) -> Collected:
     """Everything finished under ``root`` for the planned experiments of ``params``."""
-    planned, runs = plan(params), plan_runs(params)
+    plan = plan_experiments(params)
+    planned = planned_experiments(plan)
     rows: list[dict[str, Any]] = []
     status: list[dict[str, Any]] = []
     collected = Collected(planned, pl.DataFrame(schema=RESULT_SCHEMA), pl.DataFrame())
@@ -203,7 +206,8 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
             if not is_planned(params, entry, source):
                 state[source] = "n/a"
                 continue
-            data, problem = recorded_output(source, entry.experiment, params, runs, root)
+            experiment = plan.experiment(entry.experiment)
+            data, problem = recorded_output(plan, source, experiment, root)
             state[source] = problem or "done"
             if data is not None and source == "train":
                 state["environment"] = environment_label(data.get("environment", {}))

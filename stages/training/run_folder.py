@@ -44,20 +44,12 @@ def stsb_dev_evaluator(data_dir: Path) -> DevEvaluator:
 
 
 def make_job(run: Run, params: Params, out_dir: Path) -> TrainJob:
+    """The train job of planned ``run``, trained in ``out_dir``."""
     return TrainJob(
-        run_id=run.run_id,
-        objective=build_objective(run.settings.objective),
-        temperature=run.settings.temperature,
-        train=run.settings.train,
-        backbone=run.backbone_spec,
-        backbone_name=run.backbone,
-        seed=run.seed,
-        corpus=run.corpus,
-        max_sentences=run.max_sentences,
-        triplets=run.triplets,
-        out_dir=out_dir,
-        cache_dir=layout.CACHE / "tokenized",
-        config=run.config(),
+        run,
+        build_objective(run.settings.objective),
+        out_dir,
+        layout.CACHE / "tokenized",
         eval_batch_size=params.evaluations.senteval.batch_size,
         live_dir=layout.live_dir(run.name),
     )

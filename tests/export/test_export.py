@@ -18,7 +18,7 @@ import pytest
 
 from stages.commands.export import main
 from stages.core.errors import StageError
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import BackboneParams, RandomInit, load_params
 from stages.core.storage import layout
 from stages.modeling.backbone import load_backbone, load_tokenizer
@@ -40,7 +40,7 @@ def trained(tmp_path, monkeypatch) -> tuple[str, Path]:
     """A planned experiment of params.yaml with a (tiny, untrained) checkpoint and results, in a
     temporary working directory."""
     params = load_params(REPO / "params.yaml")
-    run = next(iter(plan_runs(params).values()))
+    run = next(iter(plan_experiments(params).runs.values()))
     monkeypatch.chdir(tmp_path)
     folder = layout.run_dir(run.run_id)
     info = EncoderInfo(
@@ -106,7 +106,7 @@ def test_final_checkpoint_carries_no_test_scores(trained, tmp_path):
 
 def test_export_of_an_untrained_experiment_says_train_first(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    name = next(iter(plan_runs(load_params(REPO / "params.yaml"))))
+    name = next(iter(plan_experiments(load_params(REPO / "params.yaml")).runs))
     with pytest.raises(StageError, match=r"train .* first"):
         main([name, "out", "--params", str(REPO / "params.yaml")])
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO / "tests" / "training"))
 
 from train_helpers import TINY, copy_real_data  # noqa: E402
 
-from stages.core.identity.experiments import plan_runs  # noqa: E402
+from stages.core.identity.experiments import plan_experiments  # noqa: E402
 from stages.core.schema.params import load_params  # noqa: E402
 
 KILL_POINT = Path(__file__).with_name("kill_point.py")
@@ -63,7 +63,7 @@ def make_workspace(root: Path, shared_data: Path, *, senteval: bool = False) -> 
 
 
 def run_id(root: Path, experiment: str = EXPERIMENT) -> str:
-    return plan_runs(load_params(root / "params.yaml"))[experiment].run_id
+    return plan_experiments(load_params(root / "params.yaml")).runs[experiment].run_id
 
 
 def env(**extra: str) -> dict[str, str]:

@@ -28,6 +28,7 @@ from fault_helpers import (
 
 import stages.train as train_stage
 import stages.training.run_folder as runner
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.status import status_rows
 from stages.core.schema.params import load_params
 from stages.core.storage.run_lock import STALE_AFTER_S, RunLocked, machine, run_lock
@@ -80,7 +81,7 @@ def test_two_trainers_of_one_run_one_trains_the_other_names_it(
     dev = pl.read_csv(curves / "dev_evals.csv")["step"].to_list()
     assert steps == list(range(1, STEPS + 1)) and dev == EVALS  # no row twice
     monkeypatch.chdir(root)
-    (row,) = status_rows(load_params("params.yaml"))
+    (row,) = status_rows(plan_experiments(load_params("params.yaml")))
     assert (row["run_id"], row["train"]) == (rid, "yes")
     assert row["run stored"] == f"yes (trained on {socket.gethostname()})"
     pointer = curves / "train.json"
@@ -114,7 +115,7 @@ def test_a_live_holder_stops_the_stage_and_a_dead_one_is_taken_over(
     params = load_params("params.yaml")
 
     write_lock(lock, socket.gethostname(), os.getppid(), time.time())  # alive: pytest's parent
-    assert status_rows(params)[0]["run stored"].startswith(
+    assert status_rows(plan_experiments(params))[0]["run stored"].startswith(
         f"training (host {socket.gethostname()}, pid {os.getppid()}, since "
     )
     with pytest.raises(RunLocked, match=f"pid {os.getppid()}, since "):
@@ -122,7 +123,7 @@ def test_a_live_holder_stops_the_stage_and_a_dead_one_is_taken_over(
     assert sorted(p.name for p in (root / "runs").iterdir()) == [f"{rid}.lock"]
 
     write_lock(lock, socket.gethostname(), dead_pid(), time.time() - 60)  # its trainer died
-    assert status_rows(params)[0]["run stored"] == "-"
+    assert status_rows(plan_experiments(params))[0]["run stored"] == "-"
     train_stage.main([EXPERIMENT])
     assert_same_run(root, reference, resumes=0)
     assert sorted(p.name for p in (root / "runs").iterdir()) == [rid]

@@ -96,8 +96,8 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
     shutil.copy(PARAMS, project / "params.yaml")
     calls = []
 
-    def encoder_for(name, params, *, batch_size, device):
-        calls.append((name, params.evaluations.mteb.tasks, batch_size, device))
+    def encoder_for(experiment, *, batch_size, device):
+        calls.append((experiment.name, batch_size, device))
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
     monkeypatch.setattr("stages.evaluations.target.encoder_for", encoder_for)
@@ -113,6 +113,6 @@ def test_experiment_resolves_through_the_shared_evaluation_target(
             "cpu",
         ]
     )
-    assert calls == [("simcse.bert-base.s42", "sts", 128, "cpu")]
+    assert calls == [("simcse.bert-base.s42", 128, "cpu")]
     results = json.loads((project / "experiments/simcse.bert-base.s42/mteb.json").read_text())
     assert results["encoder"]["mteb_name"] == "cse-repro/simcse.bert-base.s42"

@@ -67,7 +67,7 @@ def test_a_reused_evaluation_writes_its_mteb_results_again(
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
     monkeypatch.chdir(tmp_path)
 
-    def encoder_for(name, params, *, batch_size, device):
+    def encoder_for(experiment, *, batch_size, device):
         return SentenceEncoder(str(tiny), "mean", device="cpu")
 
     monkeypatch.setattr("stages.evaluations.target.encoder_for", encoder_for)

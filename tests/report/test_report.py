@@ -13,7 +13,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from stages.core.identity.experiments import evaluation_id, plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import Params, load_params
 from stages.core.storage import layout
 from stages.report import build_report
@@ -124,8 +124,8 @@ def write(path: Path, data: dict | str) -> None:
 @pytest.fixture(scope="module")
 def project(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("project")
-    runs = plan_runs(params)
-    for name, run in runs.items():
+    plan = plan_experiments(params)
+    for name, run in plan.runs.items():
         if name == MISSING_RUN:
             continue
         folder = root / layout.experiment_dir(name)
@@ -142,14 +142,19 @@ def project(params: Params, tmp_path_factory: pytest.TempPathFactory) -> Path:
         tables = curve_tables(train_log(run.seed))
         write(root / layout.train_steps_file(name), tables["train"])
         write(root / layout.dev_curve_file(name), tables["eval"])
-        evaluation = evaluation_id("senteval", name, params, runs)
+        evaluation = plan.evaluation_id("senteval", run)
         write(
             folder / "senteval.json", senteval_result(run.method, run.seed, run.run_id, evaluation)
         )
     baseline = "baseline.bert-base-first-last"
     write(
         root / layout.experiment_dir(baseline) / "senteval.json",
-        senteval_result("baseline", 0, None, evaluation_id("senteval", baseline, params, runs)),
+        senteval_result(
+            "baseline",
+            0,
+            None,
+            plan.evaluation_id("senteval", plan.experiment(baseline)),
+        ),
     )
     return root
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from train_helpers import SENTENCES, make_job, padded_batch
+from train_helpers import SENTENCES, make_job, padded_batch, with_backbone
 from transformers import AutoConfig
 
 from stages.core.schema.params import POOLERS, BackboneParams, RandomInit
@@ -191,7 +191,7 @@ def test_a_few_training_steps_and_the_saved_head_read_back(
         corpus, tmp_path / "run", token_cache, dropout=0.1, max_steps=3, eval_steps=3,
         eval_pooler="cls",
     )  # fmt: skip
-    job = replace(job, backbone=spec, backbone_name=model_type)
+    job = with_backbone(job, spec, model_type)
     metrics = train(job, dev_evaluator)
     assert np.isfinite(metrics["best"]["spearman"])
     initial = load_backbone(spec, seed=job.seed, dropout=0.1)
@@ -417,7 +417,7 @@ def test_the_pooler_head_the_trainer_attaches_is_on_onednn_too(
     job = make_job(
         tmp_path / "corpus.txt", tmp_path / "out", tmp_path / "cache", pooler="cls", dropout=0.1
     )
-    job = replace(job, backbone=backbones[model_type])
+    job = with_backbone(job, backbones[model_type])
     runtime = resolve_runtime("cpu", "fp32")
     encoder = load_encoder(job, runtime)
     linears = [m for m in encoder.modules() if isinstance(m, nn.Linear)]

@@ -17,7 +17,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from train_helpers import make_job
 
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import load_params
 from stages.core.storage.run_folders import read_log
 from stages.training.live import RunLog, open_run_log
@@ -111,8 +111,10 @@ def test_loggers_are_not_part_of_the_run_id(tmp_path: Path) -> None:
     tree.setdefault("train", {})["loggers"] = ["tensorboard", "wandb"]
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(tree))
-    default = {n: r.run_id for n, r in plan_runs(load_params(REPO / "params.yaml")).items()}
-    assert {n: r.run_id for n, r in plan_runs(load_params(path)).items()} == default
+    default = {
+        n: r.run_id for n, r in plan_experiments(load_params(REPO / "params.yaml")).runs.items()
+    }
+    assert {n: r.run_id for n, r in plan_experiments(load_params(path)).runs.items()} == default
     assert shutil.which("git")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,8 @@ from train_helpers import (
     assert_same_weights,
     make_job,
     scripted_evaluator,
+    with_backbone,
+    with_train,
     without_timing,
     write_triplets,
 )
@@ -56,13 +57,13 @@ def test_run_folder_holds_config_log_models_and_metrics(reference: Path) -> None
     names = sorted(p.name for p in reference.iterdir())
     assert names == ["best", "config.json", "final", "log.jsonl", "metrics.json"]
     config = json.loads((reference / "config.json").read_text())
-    assert config["test"] is True and config["execution"]["precision"] == "fp32"
+    assert config["experiment"] == "test-3" and config["execution"]["precision"] == "fp32"
     for folder in ("best", "final"):
         info = read_encoder_info(reference / folder)
         assert (info.train_pooler, info.eval_pooler) == ("cls", "cls_before_pooler")
         assert (reference / folder / "model.safetensors").is_file()
         assert (reference / folder / "tokenizer.json").is_file()
-        assert json.loads((reference / folder / "run.json").read_text())["test"] is True
+        assert json.loads((reference / folder / "run.json").read_text())["experiment"] == "test-3"
         AutoModel.from_pretrained(reference / folder)  # a plain Hugging Face model folder
     # The trained MLP head is saved in the pooler slot: it moved away from its fresh init.
     fresh = load_backbone(TINY, seed=3)
@@ -243,15 +244,13 @@ def test_a_max_seq_length_beyond_the_backbones_positions_is_refused_before_the_c
     AutoTokenizer.from_pretrained(minilm_path).save_pretrained(folder)
     backbone = BackboneParams(model=str(folder))
     out = tmp_path / "run"
-    job = replace(make_job(corpus, out, token_cache, max_seq_length=32), backbone=backbone)
+    job = with_backbone(make_job(corpus, out, token_cache, max_seq_length=32), backbone)
     expected = r"train\.max_seq_length \(32\) exceeds the 24 tokens backbone tiny takes"
     with pytest.raises(StageError, match=expected):
         train(job, dev_evaluator)
     assert not (out / "metrics.json").exists() and latest_checkpoint(out) is None
     assert not token_cache.exists() or not any(token_cache.iterdir())
-    fitting = replace(
-        job, train=job.train.model_copy(update={"max_seq_length": 24, "max_steps": 1})
-    )
+    fitting = with_train(job, max_seq_length=24, max_steps=1)
     train(fitting, dev_evaluator)
     assert (out / "metrics.json").is_file()
 

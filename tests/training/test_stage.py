@@ -22,7 +22,7 @@ from train_helpers import TINY, assert_same_weights, copy_real_data, without_tim
 import stages.train as stage
 import stages.training.run_folder as runner
 from stages.core.errors import StageError
-from stages.core.identity.experiments import plan_runs
+from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import load_params
 from stages.core.storage.run_folders import read_log
 
@@ -51,7 +51,7 @@ def make_workspace(root: Path, shared_data: Path) -> Path:
 
 
 def run_id(root: Path) -> str:
-    return plan_runs(load_params(root / "params.yaml"))[EXPERIMENT].run_id
+    return plan_experiments(load_params(root / "params.yaml")).runs[EXPERIMENT].run_id
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_the_lock_holder_removes_the_temporaries_killed_writers_left_in_the_run(
     root = make_workspace(tmp_path, shared_data)
     monkeypatch.chdir(root)
     params = load_params("params.yaml")
-    run = plan_runs(params)[EXPERIMENT]
+    run = plan_experiments(params).runs[EXPERIMENT]
     left = (".checkpoint-20.elsewhere-1.abcd1234.tmp", ".best.abcd1234.tmp")  # any host, any age
     for name in (*left, "checkpoint-10"):
         (run.partial_dir / name).mkdir(parents=True)
@@ -125,7 +125,7 @@ def test_the_lock_holder_removes_the_temporaries_killed_writers_left_in_the_run(
         seen.append(sorted(p.name for p in run.partial_dir.iterdir()))
 
     monkeypatch.setattr(runner, "train_run", train_run)
-    stage.obtain(run, params, "params.yaml", None, main_process=True)
+    stage.obtain(run, plan_experiments(params), "params.yaml", None, main_process=True)
     assert seen == [["checkpoint-10"]]  # the checkpoint to resume from stays
 
 

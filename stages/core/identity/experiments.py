@@ -1,8 +1,10 @@
-"""The run model: the matrix expanded into runs and evaluations with content-addressed ids.
+"""The experiments of a params file with content-addressed ids: the ``Plan`` of its runs and
+baselines, built once (``plan``) and handed to every stage, the job graph and the report.
 
-A run is one (method, backbone, seed) cell of ``experiments`` in params.yaml. ``Run`` is the one
-type that training, evaluation, the job graph and the report share: its settings, its identity
-and id, and every path it reads or writes. Its id hashes everything that determines its result:
+An experiment is what an evaluation scores (``Experiment``): a ``Run``, one (method, backbone,
+seed) cell of ``experiments`` in params.yaml, trained; or a ``Baseline``, an untrained backbone.
+A run carries its settings, its identity and id, and every path it reads or writes. Its id hashes
+everything that determines its result:
 
 - the method's objective, temperature schedule and train settings on that backbone (execution-only
   train keys left out), the backbone and its revision, the seed;
@@ -154,6 +156,7 @@ class Run:
     corpus: Path
     max_sentences: int | None
     triplets_id: str | None
+    triplets: Path | None  # the masked-triplet file its objective reads (data/triplets/<id>)
     identity: dict[str, Any]
 
     @cached_property
@@ -161,12 +164,12 @@ class Run:
         return content_hash(self.identity)
 
     @property
-    def needs_triplets(self) -> bool:
-        return self.triplets_id is not None
+    def device(self) -> str:
+        return self.settings.train.device
 
     @property
-    def triplets(self) -> Path | None:
-        return layout.triplets_file(self.triplets_id) if self.triplets_id else None
+    def needs_triplets(self) -> bool:
+        return self.triplets_id is not None
 
     @property
     def run_dir(self) -> Path:
@@ -194,6 +197,10 @@ class Run:
     @property
     def code_files(self) -> tuple[str, ...]:
         return code_files(self.code_modules)
+
+    def evaluated_identity(self) -> dict[str, Any]:
+        """What its evaluations score (part of their ids): its best checkpoint, by the run id."""
+        return {"run_id": self.run_id}
 
     def config(self) -> dict[str, Any]:
         """config.json of the run: its identity (what the id hashes) and resolved settings."""
@@ -252,12 +259,90 @@ def make_run(
         corpus=layout.corpus_file(params.data.corpus),
         max_sentences=params.data.max_sentences,
         triplets_id=tid,
+        triplets=layout.triplets_file(tid) if tid else None,
         identity=identity,
     )
 
 
-def plan_runs(params: Params) -> dict[str, Run]:
-    """Every run of the matrix by experiment name, in params order, duplicates merged."""
+@dataclass(frozen=True)
+class Baseline:
+    """An untrained backbone evaluated as is (the papers' 'BERT first-last avg.' rows), named
+    ``baseline.<key>``: it has no run and no method."""
+
+    name: str
+    key: str
+    spec: BaselineParams
+    backbone_spec: BackboneParams
+    # how the plan's training would run (the estimates' device), though a baseline trains none
+    device: str
+
+    method: None = None
+
+    @property
+    def backbone(self) -> str:
+        return self.spec.backbone
+
+    def evaluated_identity(self) -> dict[str, Any]:
+        """What its evaluations score (part of their ids): the pooler and the backbone."""
+        return {
+            "baseline": self.spec.model_dump(mode="json"),
+            "backbone": backbone_identity(self.backbone_spec),
+        }
+
+
+# What an evaluation scores: a trained run (its best checkpoint) or a baseline.
+Experiment = Run | Baseline
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The matrix of a params file: its runs and baselines by experiment name, built once and
+    handed to every stage, the job graph and the report, which look experiments up here and
+    nowhere else."""
+
+    params: Params
+    runs: dict[str, Run]
+    baselines: dict[str, Baseline]
+
+    @property
+    def experiments(self) -> dict[str, Experiment]:
+        return {**self.runs, **self.baselines}
+
+    def experiment(self, name: str) -> Experiment:
+        """The planned run or baseline ``name``; a StageError listing them otherwise."""
+        found = self.experiments.get(name)
+        if found is None:
+            planned = ", ".join(self.experiments) or "(none)"
+            raise StageError(f"unknown experiment '{name}'; planned: {planned}")
+        return found
+
+    def run(self, name: str) -> Run:
+        """The planned run ``name``; a StageError for a baseline (it has none) or a name the
+        plan does not hold."""
+        experiment = self.experiment(name)
+        if not isinstance(experiment, Run):
+            raise StageError(f"{name} is a baseline, evaluated as is: it has no trained run")
+        return experiment
+
+    def evaluation_id(self, evaluation: str, experiment: Experiment) -> str:
+        """Content address of registered evaluation ``evaluation`` of ``experiment``: what it
+        scores, its settings, its data, its stage module's code and the environment switch."""
+        settings = self.params.evaluation_settings(evaluation, experiment.method)
+        return content_hash(
+            {
+                "stage": evaluation,
+                "evaluated": experiment.evaluated_identity(),
+                "params": settings.model_dump(mode="json"),
+                "data": content_hash(settings.data_identity()),
+                "code": code_identity(EVALUATIONS[evaluation].code_modules),
+                "environment": id_environment(self.params.identity.environment),
+            }
+        )
+
+
+def plan_experiments(params: Params) -> Plan:
+    """Every run of the matrix by experiment name, in params order (a run listed by two
+    experiment groups once), then the baselines."""
     runs: dict[str, Run] = {}
     code_memo: dict[tuple[str, ...], dict[str, str]] = {}
     for group in params.experiments:
@@ -267,45 +352,10 @@ def plan_runs(params: Params) -> dict[str, Run]:
                     name = experiment_name(method, backbone, seed)
                     if name not in runs:
                         runs[name] = make_run(params, method, backbone, seed, code_memo)
-    return runs
-
-
-def planned_run(params: Params, name: str) -> Run:
-    """The run of experiment ``name``; a StageError listing the planned ones otherwise."""
-    runs = plan_runs(params)
-    if name not in runs:
-        raise StageError(f"unknown experiment '{name}'; planned: {', '.join(runs) or '(none)'}")
-    return runs[name]
-
-
-def plan_baselines(params: Params) -> dict[str, BaselineParams]:
-    return {baseline_name(name): spec for name, spec in params.baselines.items()}
-
-
-def evaluated_identity(name: str, params: Params, runs: dict[str, Run]) -> dict[str, Any]:
-    """What an evaluation scores: a run (by id) or a baseline (its pretrained backbone)."""
-    if name in runs:
-        return {"run_id": runs[name].run_id}
-    baseline = plan_baselines(params)[name]
-    return {
-        "baseline": baseline.model_dump(mode="json"),
-        "backbone": backbone_identity(params.backbones[baseline.backbone]),
+    baselines = {
+        baseline_name(key): Baseline(
+            baseline_name(key), key, spec, params.backbones[spec.backbone], params.train.device
+        )
+        for key, spec in params.baselines.items()
     }
-
-
-def evaluation_id(evaluation: str, name: str, params: Params, runs: dict[str, Run]) -> str:
-    """Content address of registered evaluation ``evaluation`` of experiment ``name``: what it
-    scores, its settings, its data, its stage module's code and the environment switch."""
-    registered = EVALUATIONS[evaluation]
-    method = runs[name].method if name in runs else None
-    settings = params.evaluation_settings(evaluation, method)
-    return content_hash(
-        {
-            "stage": evaluation,
-            "evaluated": evaluated_identity(name, params, runs),
-            "params": settings.model_dump(mode="json"),
-            "data": content_hash(settings.data_identity()),
-            "code": code_identity(registered.code_modules),
-            "environment": id_environment(params.identity.environment),
-        }
-    )
+    return Plan(params, runs, baselines)

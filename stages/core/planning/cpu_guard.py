@@ -13,8 +13,9 @@ import os
 import shutil
 import subprocess
 
+from stages.core.identity.experiments import Plan, plan_experiments
 from stages.core.planning.estimates import dry_run
-from stages.core.schema.params import Params, parse_params
+from stages.core.schema.params import parse_params
 
 CPU_HOURS_LIMIT = 48.0  # the smoke preset: about 7 by the (pessimistic) CPU estimate
 FORCE_VARIABLE = "CSE_ALLOW_CPU"
@@ -33,35 +34,36 @@ def visible_gpus() -> int:
     return sum(line.startswith("GPU ") for line in listed.splitlines())
 
 
-def gpu_hours(params: Params, params_file: str) -> float:
+def gpu_hours(plan: Plan, params_file: str) -> float:
     """The dry run's estimate of the matrix's training and evaluation, in GPU-hours."""
-    return sum(sum(row.minutes.values()) for row in dry_run(params, params_file)) / 60
+    return sum(sum(row.minutes.values()) for row in dry_run(plan, params_file)) / 60
 
 
-def cpu_hours(params: Params, params_file: str) -> float:
+def cpu_hours(plan: Plan, params_file: str) -> float:
     """The same matrix's estimate on this machine's CPU (every run with train.device: cpu)."""
-    written = params.written()
+    written = plan.params.written()
     on_cpu = parse_params({**written, "train": {**written.get("train", {}), "device": "cpu"}})
-    return gpu_hours(on_cpu, params_file)
+    return gpu_hours(plan_experiments(on_cpu), params_file)
 
 
-def summary(params: Params, params_file: str) -> str:
-    runs = {row.run_id for row in dry_run(params, params_file) if row.run_id != "-"}
+def summary(plan: Plan, params_file: str) -> str:
+    runs = {run.run_id for run in plan.runs.values()}
     return (
-        f"{params_file}: {len(runs)} run(s), estimated {gpu_hours(params, params_file):.1f} "
+        f"{params_file}: {len(runs)} run(s), estimated {gpu_hours(plan, params_file):.1f} "
         "GPU-hours in all (`cse estimates` itemises them)"
     )
 
 
-def cpu_guard(params: Params, params_file: str) -> str | None:
+def cpu_guard(plan: Plan, params_file: str) -> str | None:
     """Why this matrix must not start here, or None."""
+    params = plan.params
     if params.train.device == "cpu" or os.environ.get(FORCE_VARIABLE) == "1":
         return None
-    hours = cpu_hours(params, params_file)
+    hours = cpu_hours(plan, params_file)
     if hours <= CPU_HOURS_LIMIT or visible_gpus() > 0:
         return None
     return (
-        f"{params_file}: this matrix is estimated at {gpu_hours(params, params_file):.1f} "
+        f"{params_file}: this matrix is estimated at {gpu_hours(plan, params_file):.1f} "
         f"GPU-hours, about {hours:.0f} hours on a CPU, and no GPU is visible (nvidia-smi finds "
         "none). Try the pipeline on the "
         "smoke preset (`snakemake --cores 1 --resources gpu=1 --config "

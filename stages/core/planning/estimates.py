@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stages.core.identity.experiments import Run, plan_baselines, plan_runs
+from stages.core.identity.experiments import Plan
 from stages.core.planning.jobs import Job, build_jobs
 from stages.core.schema.evaluation_settings import (
     EVALUATIONS,
@@ -243,24 +243,16 @@ class Estimate:
     hardware: Hardware
 
 
-def job_estimate(
-    params: Params, job: Job, runs: Mapping[str, Run] | None = None
-) -> Estimate | None:
-    """Best-guess time of a train job or an evaluation; None for the others (CPU, short).
-    ``runs``: the matrix's planned runs, when the caller has them (planning reads the code)."""
+def job_estimate(plan: Plan, job: Job) -> Estimate | None:
+    """Best-guess time of a train job or an evaluation; None for the others (CPU, short)."""
     if (job.stage != "train" and job.stage not in EVALUATIONS) or job.key is None:
         return None
-    runs = plan_runs(params) if runs is None else runs
-    if job.key in runs:
-        backbone, device = runs[job.key].backbone, runs[job.key].settings.train.device
-    else:
-        backbone, device = plan_baselines(params)[job.key].backbone, params.train.device
-    arch, hw = architecture(params.backbones[backbone]), hardware_for(device)
+    params, experiment = plan.params, plan.experiment(job.key)
+    arch, hw = architecture(experiment.backbone_spec), hardware_for(experiment.device)
     if job.stage == "train":
-        seconds = train_seconds(params, runs[job.key].settings, arch)
+        seconds = train_seconds(params, plan.run(job.key).settings, arch)
     else:
-        method = runs[job.key].method if job.key in runs else None
-        settings = params.evaluation_settings(job.stage, method)
+        settings = params.evaluation_settings(job.stage, experiment.method)
         seconds = evaluation_seconds(settings, arch, hw)
     return Estimate(job.name, seconds, hw)
 
@@ -270,10 +262,8 @@ def limit_minutes(seconds: float, attempt: int = 1, safety: float = SAFETY) -> i
     return max(MIN_LIMIT_MINUTES, math.ceil(seconds * safety / 60)) * attempt
 
 
-def job_limit_minutes(
-    params: Params, job: Job, attempt: int = 1, runs: Mapping[str, Run] | None = None
-) -> int:
-    estimate = job_estimate(params, job, runs)
+def job_limit_minutes(plan: Plan, job: Job, attempt: int = 1) -> int:
+    estimate = job_estimate(plan, job)
     if estimate is None:
         raise ValueError(f"no estimate for job {job.name} (only train and the evaluations)")
     return limit_minutes(estimate.seconds, attempt)
@@ -286,15 +276,14 @@ class DryRunRow:
     minutes: dict[str, float]  # stage (train, an evaluation) -> estimated minutes
 
 
-def dry_run(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[DryRunRow]:
+def dry_run(plan: Plan, params_file: str = str(DEFAULT_PARAMS)) -> list[DryRunRow]:
     """One row per experiment of the matrix and per baseline, in pipeline order."""
-    runs = plan_runs(params)
     rows: dict[str, DryRunRow] = {}
-    for job in build_jobs(params, params_file):
-        estimate = job_estimate(params, job, runs)
+    for job in build_jobs(plan, params_file):
+        estimate = job_estimate(plan, job)
         if estimate is None or job.key is None:
             continue
-        run_id = runs[job.key].run_id if job.key in runs else "-"
+        run_id = plan.runs[job.key].run_id if job.key in plan.runs else "-"
         row = rows.setdefault(job.key, DryRunRow(job.key, run_id, {}))
         trained_before = job.stage == "train" and any(
             r.run_id == run_id for r in rows.values() if r is not row
@@ -303,7 +292,8 @@ def dry_run(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[DryR
     return list(rows.values())
 
 
-def format_dry_run(params: Params, rows: Sequence[DryRunRow]) -> str:
+def format_dry_run(plan: Plan, rows: Sequence[DryRunRow]) -> str:
+    params = plan.params
     stages = ("train", *params.planned_evaluations())
     width = max([len("experiment")] + [len(r.experiment) for r in rows])
     lines = [
@@ -320,7 +310,7 @@ def format_dry_run(params: Params, rows: Sequence[DryRunRow]) -> str:
         )
     totals = {s: sum(r.minutes.get(s, 0.0) for r in rows) for s in stages}
     trained = sum(r.run_id != "-" for r in rows)
-    devices = [run.settings.train.device for run in plan_runs(params).values()]
+    devices = [run.device for run in plan.runs.values()]
     hardware = dict.fromkeys(hardware_for(d).name for d in devices or [params.train.device])
     lines += [
         f"{'total (minutes)'.ljust(width)}  {'':<16}"

@@ -10,25 +10,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stages.core.identity.experiments import evaluation_id, plan_runs
-from stages.core.schema.params import Params
+from stages.core.identity.experiments import Experiment, Plan
 from stages.core.storage import layout
 from stages.core.storage.atomic import atomic_path, write_json
 
 
-def stored_evaluation(evaluation: str, experiment: str, params: Params) -> tuple[Path, str]:
+def stored_evaluation(plan: Plan, evaluation: str, experiment: Experiment) -> tuple[Path, str]:
     """Where registered evaluation ``evaluation`` of ``experiment`` is stored under its id, and
     the id."""
-    identity = evaluation_id(evaluation, experiment, params, plan_runs(params))
+    identity = plan.evaluation_id(evaluation, experiment)
     return layout.evaluation_file(evaluation, identity), identity
 
 
 def reuse_evaluation(
-    stage: str, experiment: str, params: Params, output: Path, beside: Sequence[Path] = ()
+    plan: Plan, stage: str, experiment: Experiment, output: Path, beside: Sequence[Path] = ()
 ) -> bool:
     """Write ``output`` and the folders ``beside`` it from the stored result of the same
     evaluation, if there is one with those folders: the outputs a computed one leaves."""
-    stored, identity = stored_evaluation(stage, experiment, params)
+    stored, identity = stored_evaluation(plan, stage, experiment)
     kept = layout.evaluation_folders(stage, identity)
     if not stored.is_file() or not all((kept / folder.name).is_dir() for folder in beside):
         return False
@@ -41,15 +40,15 @@ def reuse_evaluation(
 
 
 def store_evaluation(
+    plan: Plan,
     stage: str,
-    experiment: str,
-    params: Params,
+    experiment: Experiment,
     record: dict[str, Any],
     beside: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Store a finished evaluation under its id, with a copy of the folders it wrote ``beside``
     its results JSON; the record with the id, as stored."""
-    stored, evaluation = stored_evaluation(stage, experiment, params)
+    stored, evaluation = stored_evaluation(plan, stage, experiment)
     kept = layout.evaluation_folders(stage, evaluation)
     for folder in beside:
         with atomic_path(kept / folder.name) as tmp:

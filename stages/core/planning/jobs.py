@@ -27,12 +27,12 @@ from stages.core.identity.experiments import (
     FIGURES_CODE,
     REPORT_CODE,
     TRIPLETS_CODE,
+    Experiment,
+    Plan,
     Run,
     content_hash,
-    evaluation_id,
     local_model_folder,
-    plan_baselines,
-    plan_runs,
+    plan_experiments,
 )
 from stages.core.schema.evaluation_settings import EVALUATIONS, output_file
 from stages.core.schema.params import DEFAULT_PARAMS, Params, load_params
@@ -109,12 +109,12 @@ class Job:
         return (*self.outs, *self.metrics, *self.plots)
 
 
-def overriding_method(run: Run | None, overrides: object) -> tuple[str, ...]:
-    """The written method's key, when the run's method overrides a section (``overrides``: its
-    overrides of it, if any): DVC tracks it."""
-    if run is None or not overrides:
+def overriding_method(experiment: Experiment, overrides: object) -> tuple[str, ...]:
+    """The written method's key, when the experiment's method overrides a section
+    (``overrides``: its overrides of it, if any): DVC tracks it."""
+    if experiment.method is None or not overrides:
         return ()
-    return (f"methods.{base_method(run.method)}",)
+    return (f"methods.{base_method(experiment.method)}",)
 
 
 def triplets_sources(runs: dict[str, Run]) -> dict[str, Run]:
@@ -127,27 +127,29 @@ def triplets_sources(runs: dict[str, Run]) -> dict[str, Run]:
     return sources
 
 
+def encoder_source(plan: Plan, experiment: Experiment) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What an experiment's encoder comes from, as its evaluation jobs' (deps, params keys): a
+    run's pointer file; a baseline's pretrained backbone (a local folder) and its params."""
+    if isinstance(experiment, Run):
+        return (str(experiment.pointer_file),), ()
+    keys = (f"baselines.{experiment.key}", f"backbones.{experiment.backbone}")
+    return local_model_folder(experiment.backbone_spec), keys
+
+
 def evaluation_job(
-    params: Params,
-    params_file: str,
-    runs: dict[str, Run],
-    name: str,
-    deps: tuple[str, ...],
-    keys: tuple[str, ...],
-    evaluation: str,
+    plan: Plan, params_file: str, experiment: Experiment, evaluation: str
 ) -> Job | None:
-    """Registered evaluation ``evaluation`` of experiment ``name`` (None: it is off for it);
-    ``deps`` and ``keys``: what the experiment's encoder comes from (a run's pointer file, a
-    baseline's params)."""
-    registered = EVALUATIONS[evaluation]
-    run = runs.get(name)
-    settings = params.evaluation_settings(evaluation, run.method if run else None)
+    """Registered evaluation ``evaluation`` of ``experiment`` (None: it is off for it)."""
+    params, registered, name = plan.params, EVALUATIONS[evaluation], experiment.name
+    settings = params.evaluation_settings(evaluation, experiment.method)
     if not settings.is_enabled():
         return None
+    deps, keys = encoder_source(plan, experiment)
     section = registered.section(evaluation)
     out = (str(output_file(evaluation, name)),)
+    method = experiment.method
     overrides = (
-        overriding_method(run, run and params.methods[run.method].evaluations.get(evaluation))
+        overriding_method(experiment, method and params.methods[method].evaluations.get(evaluation))
         if registered.method_overrides
         else ()
     )
@@ -158,21 +160,19 @@ def evaluation_job(
         params=(section, "identity", *keys, *overrides),
         gpu=True, code_modules=registered.code_modules,
         metrics=out if registered.dvc_metrics else (), outs=() if registered.dvc_metrics else out,
-        identity=evaluation_id(evaluation, name, params, runs),
+        identity=plan.evaluation_id(evaluation, experiment),
     )  # fmt: skip
 
 
-def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
+def build_jobs(plan: Plan, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
     """Every job of the pipeline, in a valid execution order."""
-    f = params_file
-    runs = plan_runs(params)
+    f, params, runs = params_file, plan.params, plan.runs
     corpus = str(layout.corpus_file(params.data.corpus))
     senteval = str(layout.senteval_dir())
     sts_raw = str(layout.sts_raw_dir())
     source = ("data.source", "data.local_dir")
 
     train: list[Job] = []
-    evaluated: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
     curves: list[str] = []
     for name, run in runs.items():
         run_curves = tuple(str(c) for c in run.curve_files)
@@ -188,14 +188,9 @@ def build_jobs(params: Params, params_file: str = str(DEFAULT_PARAMS)) -> list[J
                 metrics=(str(run.pointer_file),), plots=run_curves, gpu=True,
                 code_modules=run.code_modules, identity=run.run_id)
         )  # fmt: skip
-        evaluated.append((name, (str(run.pointer_file),), ()))
-    for name, baseline in plan_baselines(params).items():
-        key = name.removeprefix("baseline.")
-        folder = local_model_folder(params.backbones[baseline.backbone])
-        evaluated.append((name, folder, (f"baselines.{key}", f"backbones.{baseline.backbone}")))
     planned = (
-        evaluation_job(params, f, runs, name, deps, keys, evaluation)
-        for name, deps, keys in evaluated
+        evaluation_job(plan, f, experiment, evaluation)
+        for experiment in plan.experiments.values()
         for evaluation in EVALUATIONS
     )
     evaluations = [job for job in planned if job is not None]
@@ -294,7 +289,8 @@ def stage_fingerprint(params: Params, stage: str) -> str:
     """The fingerprint of the job of ``stage`` (figures, report: one job each) that ``params``
     plan. Those stages record it in their output, so that one another params file's stage wrote
     is told apart (workflow/rules/rule_jobs.py)."""
-    return job_fingerprint(params, next(job for job in build_jobs(params) if job.stage == stage))
+    jobs = build_jobs(plan_experiments(params))
+    return job_fingerprint(params, next(job for job in jobs if job.stage == stage))
 
 
 def code_manifests(jobs: Sequence[Job]) -> dict[str, dict[str, Any]]:
@@ -383,7 +379,8 @@ def top_level_plots(jobs: Sequence[Job]) -> list[dict[str, Any]]:
 
 def check_dvc_yaml(params_file: str = str(DEFAULT_PARAMS), path: Path = DVC_YAML) -> str | None:
     """A message if ``path`` is not what params.yaml generates, else None."""
-    expected = dvc_yaml(build_jobs(load_params(params_file), params_file), params_file)
+    jobs = build_jobs(plan_experiments(load_params(params_file)), params_file)
+    expected = dvc_yaml(jobs, params_file)
     actual = path.read_text(encoding="utf-8") if path.is_file() else ""
     if actual == expected:
         return None

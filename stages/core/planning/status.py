@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from stages.core.errors import StageError
-from stages.core.identity.experiments import Run, evaluation_id, plan_runs
+from stages.core.identity.experiments import Experiment, Plan, Run
+from stages.core.planning.train_pointer import pointed_run_id
 from stages.core.schema.evaluation_settings import output_file
-from stages.core.schema.params import Params
 from stages.core.storage import layout
 from stages.core.storage.atomic import rename_durably, write_json
 from stages.core.storage.run_folders import (
@@ -74,13 +74,13 @@ def run_state(run: Run) -> str:
 
 
 def recorded_output(
-    stage: str, experiment: str, params: Params, runs: dict[str, Run], root: Path = Path(".")
+    plan: Plan, stage: str, experiment: Experiment, root: Path = Path(".")
 ) -> tuple[dict[str, Any] | None, str | None]:
     """``experiments/<experiment>/<stage>.json`` under ``root``, and what keeps it from being
-    the output the params plan now: None when it is (a run's outputs: the planned run id; an
+    the output the plan holds now: None when it is (a run's pointer: the planned run id; an
     evaluation: the planned evaluation id), else 'missing', 'unreadable: ...' or 'stale: ...'
     (settings, data or code changed since, or it was computed with command-line overrides)."""
-    path = root / output_file(stage, experiment)
+    path = root / output_file(stage, experiment.name)
     if not path.is_file():
         return None, "missing"
     try:
@@ -89,33 +89,36 @@ def recorded_output(
         return None, f"unreadable: {error}"
     if not isinstance(data, dict):
         return None, "unreadable: not a JSON object"
-    run = runs.get(experiment)
-    recorded = data.get("run_id") if stage == "train" else data.get("encoder", {}).get("run_id")
-    if run is not None and recorded != run.run_id:
-        return data, f"stale: run {recorded}, planned {run.run_id}"
+    planned_run = experiment.evaluated_identity().get("run_id")
+    recorded = pointed_run_id(data) if stage == "train" else data.get("encoder", {}).get("run_id")
+    if planned_run is not None and recorded != planned_run:
+        return data, f"stale: run {recorded}, planned {planned_run}"
     if stage != "train":
-        planned = evaluation_id(stage, experiment, params, runs)
+        planned = plan.evaluation_id(stage, experiment)
         if data.get("evaluation_id") != planned:
             shown = data.get("evaluation_id") or "not as planned"
             return data, f"stale: evaluation {shown}, planned {planned}"
     return data, None
 
 
-def status_rows(params: Params) -> list[dict[str, str]]:
+def status_rows(plan: Plan) -> list[dict[str, str]]:
+    """One row per planned experiment: its run id, whether its run is stored (and where it came
+    from), each of its outputs, and the environment its run was computed in."""
+    evaluations = plan.params.planned_evaluations()
     rows = []
-    runs = plan_runs(params)
-    for name, run in runs.items():
+    for name, experiment in plan.experiments.items():
+        run = plan.runs.get(name)
+        outputs = ("train", *evaluations) if run else evaluations
         done = {
-            stage: _status_cell(recorded_output(stage, name, params, runs)[1])
-            for stage in ("train", *params.planned_evaluations())
+            stage: _status_cell(recorded_output(plan, stage, experiment)[1]) for stage in outputs
         }
-        state = run_state(run)
+        state = run_state(run) if run else "n/a (baseline)"
         environment = (
-            environment_summary(read_config(run.run_dir)) if state.startswith("yes") else ""
+            environment_summary(read_config(run.run_dir)) if run and state.startswith("yes") else ""
         )
         rows.append(
-            {"experiment": name, "run_id": run.run_id, "run stored": state, **done,
-             "environment": environment}
+            {"experiment": name, "run_id": run.run_id if run else "-", "run stored": state,
+             "train": "n/a", **done, "environment": environment}
         )  # fmt: skip
     return rows
 
@@ -124,13 +127,10 @@ def _status_cell(problem: str | None) -> str:
     return "yes" if problem is None else "-" if problem == "missing" else problem
 
 
-def adopt_legacy_run(params: Params, name: str) -> str:
+def adopt_legacy_run(plan: Plan, name: str) -> str:
     """Reuse a run made before code identity for experiment ``name``: its files are linked under
     the current run id, marked 'adopted, code unknown' (status and the report say so)."""
-    runs = plan_runs(params)
-    if name not in runs:
-        raise StageError(f"unknown experiment '{name}'; planned: {', '.join(runs) or '(none)'}")
-    run = runs[name]
+    run = plan.run(name)
     if is_complete(run.run_dir):
         return f"{name}: run {run.run_id} is already stored"
     legacy = legacy_run_for(run)
