@@ -11,9 +11,9 @@ best/ and final/ (Hugging Face and sentence-transformers model folders with toke
 encoder.json, run.json and a model card README.md) and metrics.json.
 
 Where the rest is: ``parts`` (corpus, batch plan, encoder, optimizer, schedule, dev encoder),
-``batch`` (a step's rows on the device), ``loss`` (forward and objective), ``progress`` (fresh
-start or resume, evaluations and the best weights, a checkpoint's content), ``resume``
-(checkpoint folders), ``records`` and ``live`` (the log), ``outputs`` (model folders, metrics).
+``batch`` (a step's rows on the device), ``loss`` (forward and objective), ``checkpoints`` (fresh
+start or resume, checkpoint folders and their content), ``progress`` (evaluations, the best
+weights), ``records`` and ``live`` (the log), ``outputs`` (model folders, metrics).
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ from stages.objectives.temperature import tau_at
 from stages.training import distributed as dist_util
 from stages.training.batch import Batch, make_batch
 from stages.training.checkpoints import (
+    checkpoint_state,
+    latest_checkpoint,
     remove_checkpoints,
     rng_state,
     save_checkpoint,
+    start_or_resume,
     unwritten_checkpoint_error,
 )
 from stages.training.dev_encoder import DevEvaluator
@@ -44,7 +47,6 @@ from stages.training.loss import contrastive_loss, mean_over_micro_batches
 from stages.training.optim import clip_gradients
 from stages.training.outputs import run_metrics, save_encoder, save_final_and_best
 from stages.training.parts import TrainingParts
-from stages.training.progress import checkpoint_state, start_or_resume
 from stages.training.records import stop_if_diverged
 from stages.training.runtime import phase, resolve_runtime
 
@@ -74,7 +76,7 @@ def train(
     with dist_util.process_group(ctx, runtime.device), runtime.fp32_matmuls():
         # Set up: corpus, batch plan, encoder, AdamW, schedule, dev encoder (parts.py).
         run = Training(job, evaluate_dev, ctx, runtime)
-        # Fresh (config.json, seeded dropout) or from the latest checkpoint (progress.py).
+        # Fresh (config.json, seeded dropout) or from the latest checkpoint (checkpoints.py).
         progress, log = start_or_resume(run)
         # Without gathered negatives each rank's loss covers only its share of the batch.
         average = mean_across_ranks(ctx) if ctx.active and not settings.gather_negatives else None
@@ -107,7 +109,8 @@ def train(
                         records = run.recorder.flush(average)
                         if log is not None:
                             log.write(records)
-                        stop_if_diverged(run.recorder.divergence(records), ctx, job.out_dir)
+                        problem = run.recorder.divergence(records)
+                        stop_if_diverged(problem, ctx, latest_checkpoint(job.out_dir))
                         if records:
                             bar.set_postfix(loss=f"{records[-1]['loss']:.4f}", refresh=False)
 

@@ -21,7 +21,6 @@ import torch
 
 from stages.core.errors import StageError
 from stages.training import distributed as dist_util
-from stages.training.checkpoints import latest_checkpoint
 from stages.training.distributed import Distributed
 
 
@@ -86,13 +85,20 @@ class StepRecorder:
         return None
 
 
-def stop_if_diverged(problem: str | None, ctx: Distributed, run_dir: Path) -> None:
+def stop_if_diverged(problem: str | None, ctx: Distributed, kept: Path | None) -> None:
     """Stop every rank when any rank's flushed records hold a non-finite value (``problem``:
-    this rank's ``StepRecorder.divergence``), naming the last good checkpoint."""
+    this rank's ``StepRecorder.divergence``), naming the last good checkpoint (``kept``)."""
     if dist_util.any_rank(problem is not None, ctx):
-        kept = latest_checkpoint(run_dir)
         where = f"the last good checkpoint is kept in {kept}" if kept else "no checkpoint yet"
         raise NonFiniteLossError(f"{problem or 'another rank diverged'}; {where}")
+
+
+class LogTooShort(StageError):
+    """The log holds fewer bytes than the checkpoint it is resumed from counted."""
+
+    def __init__(self, path: Path, size: int, counted: int) -> None:
+        super().__init__(f"{path}: {size} bytes, but its checkpoint counted {counted}")
+        self.path, self.size, self.counted = path, size, counted
 
 
 class JsonlLog:
@@ -106,11 +112,7 @@ class JsonlLog:
             size = path.stat().st_size
             if size < truncate_at:  # truncate would pad the log with NUL bytes
                 self._file.close()
-                raise StageError(
-                    f"{path}: {size} bytes, but the checkpoint {latest_checkpoint(path.parent)} "
-                    f"counted {truncate_at}: the log lost its end; delete that checkpoint to "
-                    "train the run from its start"
-                )
+                raise LogTooShort(path, size, truncate_at)
             self._file.truncate(truncate_at)
             self._file.seek(truncate_at)
 
