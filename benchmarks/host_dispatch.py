@@ -34,14 +34,14 @@ from unittest import mock
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.train_cpu import BATCH, default_data_dir, no_evaluation, ours  # noqa: E402
-from benchmarks.train_overhead import is_operator, save_tiny_model  # noqa: E402
-from stages.core.schema.params import BackboneParams, RandomInit  # noqa: E402
-from stages.modeling import unpadded  # noqa: E402
-from stages.training import loop, parts, runtime  # noqa: E402
+from benchmarks import harness
+from benchmarks.train_cpu import BATCH, no_evaluation, ours
+from benchmarks.train_overhead import is_operator, save_tiny_model
+from stages.core.schema.params import BackboneParams, RandomInit
+from stages.modeling import unpadded
+from stages.training import loop, parts, runtime
 
 DEEP_NARROW = RandomInit(
     hidden_size=64, num_hidden_layers=12, num_attention_heads=2, intermediate_size=256
@@ -106,11 +106,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=4, help="steps counted")
     p.add_argument("--warmup", type=int, default=3, help="steps before them")
-    p.add_argument("--data-dir", type=Path, default=default_data_dir())
-    p.add_argument(
-        "--out", type=Path, default=REPO / "benchmarks" / "results" / "host_dispatch.json"
-    )
+    p.add_argument("--data-dir", type=Path, default=harness.data_dir())
+    p.add_argument("--out", type=Path, default=harness.RESULTS / "host_dispatch.json")
     args = p.parse_args()
+    invocation = harness.begin(__file__)
     torch.set_num_threads(2)
     corpus = args.data_dir / "corpus" / "wiki1m_head_11913.txt"
     workdir = Path(tempfile.mkdtemp(prefix="bench-host-dispatch-"))
@@ -125,10 +124,8 @@ def main() -> None:
             key = f"{'unpadded' if unpad else 'padded'}_{precision}"
             result[key] = dispatched(corpus, model, precision, unpad, args, workdir)
             print(f"{key}: {json.dumps(result[key]['by_phase'])}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v["per_step"] for k, v in result.items() if k != "setup"}, indent=2))
-    print(f"written to {args.out}")
+    harness.write_result(args.out, result, invocation)
 
 
 if __name__ == "__main__":

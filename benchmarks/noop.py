@@ -1,6 +1,7 @@
 """How fast a finished workspace answers "nothing to do", side by side with the bare tools.
 
     python -m benchmarks.noop [--workspace DIR] [--preset presets/smoke.yaml] [--repeats 5]
+        [--out benchmarks/results/noop.json]
 
 On a finished workspace of the preset (made first with Snakemake if DIR has none, training
 shortened to 10 steps: the same jobs and files), in one run,
@@ -18,7 +19,7 @@ Prints a table and writes benchmarks/results/noop.json (with the load averages).
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
 import shutil
 import statistics
@@ -29,25 +30,23 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks import harness
+from stages.core.identity.experiments import plan_experiments
 from stages.core.planning.jobs import build_jobs
 from stages.core.schema.params import load_params
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "noop.json"
 WORKFLOW_FILES = ("Snakefile", "params.yaml", ".dvcignore", ".gitignore")
 WORKFLOW_DIRS = ("workflow", "stages", ".dvc", "presets")
 
 
 def sh(args: list[str], cwd: Path) -> float:
     """Seconds ``args`` takes in ``cwd`` (which must succeed)."""
-    data = os.environ.get("CSE_DATA_DIR", str(REPO.parent / "shared" / "data"))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CSE_DATA_DIR": data}
-    start = time.perf_counter()
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CSE_DATA_DIR": str(harness.data_dir())}
+    with harness.stopwatch() as elapsed:
+        result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed in {cwd}:\n{result.stdout}{result.stderr}")
-    return seconds
+    return elapsed.seconds
 
 
 def finished_workspace(root: Path, preset: str) -> None:
@@ -55,9 +54,9 @@ def finished_workspace(root: Path, preset: str) -> None:
     if not (root / "reports" / "metrics.json").is_file():
         root.mkdir(parents=True, exist_ok=True)
         for name in WORKFLOW_FILES:
-            shutil.copy(REPO / name, root / name)
+            shutil.copy(harness.REPO / name, root / name)
         for name in WORKFLOW_DIRS:
-            shutil.copytree(REPO / name, root / name, dirs_exist_ok=True,
+            shutil.copytree(harness.REPO / name, root / name, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
         # training shortened to a few steps: a no-op's cost depends on the DAG (the preset's
         # jobs and files), not on how long each run trained
@@ -83,7 +82,7 @@ def finished_workspace(root: Path, preset: str) -> None:
 def synthetic_snakefile(root: Path, preset: str, dest: Path) -> int:
     """Bare Snakemake with the same DAG: one rule per job with its real files, and the files
     themselves (empty, written in DAG order so every output is newer than its inputs)."""
-    jobs = build_jobs(load_params(root / preset), preset)
+    jobs = build_jobs(plan_experiments(load_params(root / preset)), preset)
     dest.mkdir(parents=True, exist_ok=True)
     rules = [
         "rule all:\n    input:\n" + "".join(f"        {o!r},\n" for j in jobs for o in j.outputs)
@@ -115,9 +114,10 @@ def main() -> None:
     parser.add_argument("--workspace", type=Path, default=Path("/tmp/cse-noop-workspace"))
     parser.add_argument("--preset", default="presets/smoke.yaml")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=harness.RESULTS / "noop.json")
     args = parser.parse_args()
+    invocation = harness.begin(__file__)
     root = args.workspace.resolve()
-    load_before = os.getloadavg()
     finished_workspace(root, args.preset)
     bare = root.with_name(root.name + "-bare")
     n_jobs = synthetic_snakefile(root, args.preset, bare)
@@ -134,10 +134,8 @@ def main() -> None:
             [sys.executable, "-m", "stages.commands", "status", "--params", args.preset],
             root),
     }  # fmt: skip
-    times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(args.repeats):  # interleaved: every command once per round
-        for name, (command, cwd) in commands.items():
-            times[name].append(sh(command, cwd))
+    runs = {name: functools.partial(sh, command, cwd) for name, (command, cwd) in commands.items()}
+    times = harness.by_name(harness.interleaved(args.repeats, lambda _: runs, alternate=False))
     median = {name: statistics.median(t) for name, t in times.items()}
     ratios = {
         "snakemake -n, ours / bare": median["snakemake -n (ours)"] / median["snakemake -n (bare)"],
@@ -158,13 +156,13 @@ def main() -> None:
         "median_s": median,
         "rounds_s": times,
         "ratios": ratios,
-        "loadavg_start": load_before,
-        "loadavg_end": os.getloadavg(),
+        "loadavg_start": invocation.load_average_before,
+        "loadavg_end": harness.load_average(),
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO)}; load average {load_before} -> {os.getloadavg()}")
+    print(f"load average {record['loadavg_start']} -> {record['loadavg_end']}")
+    harness.write_result(args.out, record, invocation)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils import benchmark
 
-from stages.core.storage.atomic import write_json
+from benchmarks import harness
 from stages.objectives.registry import all_loss_classes
 
 SIZES = (64, 512)
@@ -65,10 +65,11 @@ def loss_and_backward_timer(
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--output", default="benchmarks/results/objectives.json")
+    p.add_argument("--output", default=harness.RESULTS / "objectives.json")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     args = p.parse_args(argv)
+    invocation = harness.begin(__file__, argv)
 
     configurations = variants()
     results = [
@@ -76,15 +77,13 @@ def main(argv: list[str] | None = None) -> None:
         for label, name, hp in configurations
     ]
     for n in SIZES:
-        timers = [
-            loss_and_backward_timer(name, hp, n, args.threads) for _, name, hp in configurations
-        ]
-        rounds = [
-            [timer.blocked_autorange(min_run_time=0.2).median for timer in timers]
-            for _ in range(args.rounds)
-        ]
-        for i, row in enumerate(results):
-            row[f"ms_n{n}"] = 1e3 * min(r[i] for r in rounds)
+        timers = {
+            label: loss_and_backward_timer(name, hp, n, args.threads)
+            for label, name, hp in configurations
+        }
+        seconds = harness.best_of_rounds(timers, args.rounds, min_run_time=0.2)
+        for row in results:
+            row[f"ms_n{n}"] = 1e3 * seconds[row["objective"]]
     baseline = next(r for r in results if r["name"] == "infonce")
     for row in results:
         for n in SIZES:
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         cells = " | ".join(f"{row[f'ms_n{n}']:.2f} | {row[f'ratio_n{n}']:.2f}" for n in SIZES)
         print(f"| {row['objective']} | {cells} |")
 
-    write_json(
+    harness.write_result(
         args.output,
         {
             "dim": DIM,
@@ -110,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
             "machine": platform.processor() or platform.machine(),
             "results": results,
         },
+        invocation,
     )
 
 

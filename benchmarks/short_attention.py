@@ -16,7 +16,6 @@ the best round. Prints a markdown table and writes JSON with the load averages.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
-from stages.core.storage.atomic import write_json
+from benchmarks import harness
 from stages.modeling.batched_attention import batched_attention
 from stages.modeling.unpadded import SHORT_CPU_LENGTH
 
@@ -52,11 +51,8 @@ def time_length(length: int, rounds: int) -> dict[str, float]:
         "sdpa": "sdpa(q, k, v, attn_mask=mask, scale=scale)",
         "short": "short(q, k, v, mask, scale)",
     }
-    best = dict.fromkeys(statements, float("inf"))
-    for _ in range(rounds):
-        for name, statement in statements.items():
-            timer = benchmark.Timer(stmt=statement, globals=names)
-            best[name] = min(best[name], timer.blocked_autorange(min_run_time=0.3).median)
+    timers = {name: benchmark.Timer(stmt=stmt, globals=names) for name, stmt in statements.items()}
+    best = harness.best_of_rounds(timers, rounds, min_run_time=0.3)
     return {"length": length, "batch": q.shape[0], "sdpa_ms": best["sdpa"] * 1e3,
             "short_ms": best["short"] * 1e3,
             "sdpa_over_short": best["sdpa"] / best["short"]}  # fmt: skip
@@ -66,12 +62,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument(
-        "--output", type=Path, default=Path("benchmarks/results/short_attention.json")
-    )
+    parser.add_argument("--output", type=Path, default=harness.RESULTS / "short_attention.json")
     args = parser.parse_args()
+    invocation = harness.begin(__file__)
     torch.set_num_threads(args.threads)
-    load_start = [round(x, 2) for x in os.getloadavg()]
     with torch.inference_mode():
         rows = [time_length(length, args.rounds) for length in LENGTHS]
     print(f"attention products used up to length {SHORT_CPU_LENGTH}")
@@ -82,17 +76,18 @@ def main() -> None:
             f"| {row['length']} | {row['batch']} | {row['sdpa_ms']:.2f} | {row['short_ms']:.2f} "
             f"| {row['sdpa_over_short']:.2f} |"
         )
-    write_json(
+    harness.write_result(
         args.output,
         {
             "setup": {"heads": HEADS, "head_size": HEAD_SIZE, "positions_per_batch": POSITIONS,
                       "threads": args.threads, "rounds": args.rounds, "torch": torch.__version__,
                       "cpu": platform.processor() or platform.machine(),
                       "short_cpu_length": SHORT_CPU_LENGTH},
-            "load_average_start": load_start,
-            "load_average_end": [round(x, 2) for x in os.getloadavg()],
+            "load_average_start": invocation.load_average_before,
+            "load_average_end": harness.load_average(),
             "rows": rows,
         },
+        invocation,
     )  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """Calibrate stages/core/planning/estimates.py: measured seconds per SimCSE training step on this
 machine.
 
-    python -m benchmarks.step_throughput [--device cpu|cuda] [--steps 10]
+    python -m benchmarks.step_throughput [--device cpu|cuda] [--steps 10] [--out PATH]
 
 Times full training steps (two dropout views through a randomly initialised BERT encoder, InfoNCE,
 backward, AdamW) for several encoder sizes, then fits the cost model of
@@ -12,10 +12,8 @@ model fits. Writes benchmarks/results/step_throughput_<device>.json."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +21,10 @@ import torch
 import transformers
 from transformers import BertConfig, BertModel
 
+from benchmarks import harness
 from stages.core.planning.estimates import Architecture, train_step_flops
 from stages.objectives.infonce import InfoNCE
 
-RESULTS = Path(__file__).resolve().parent / "results"
 # (layers, hidden, batch): from the smoke preset's size up to what two CPU cores time in seconds
 CPU_SIZES = ((2, 64, 64), (2, 128, 64), (4, 256, 64), (6, 384, 64))
 GPU_SIZES = ((6, 384, 64), (12, 768, 64), (24, 1024, 64), (12, 768, 128))
@@ -60,19 +58,23 @@ def time_steps(arch: Architecture, batch: int, device: str, steps: int) -> float
         step()
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps
+    with harness.stopwatch() as elapsed:
+        for _ in range(steps):
+            step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return elapsed.seconds / steps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument(
+        "--out", type=Path, help="default: benchmarks/results/step_throughput_<device>.json"
+    )
     args = parser.parse_args()
+    invocation = harness.begin(__file__)
     sizes = GPU_SIZES if args.device == "cuda" else CPU_SIZES
 
     rows = []
@@ -101,10 +103,8 @@ def main() -> None:
         "fit": fit,
         "rows": rows,
     }  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"step_throughput_{args.device}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    out = args.out or harness.RESULTS / f"step_throughput_{args.device}.json"
+    harness.write_result(out, result, invocation)
 
 
 if __name__ == "__main__":

@@ -47,18 +47,16 @@ from unittest import mock
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.core.schema.params import BackboneParams, TrainParams  # noqa: E402
-from stages.core.schema.temperature_settings import TemperatureSchedule  # noqa: E402
-from stages.objectives.infonce import InfoNCE  # noqa: E402
-from stages.training import contrastive_model as training_model  # noqa: E402
-from stages.training import loop  # noqa: E402
-from stages.training.data import read_corpus  # noqa: E402
-from stages.training.run_folder import stsb_dev_evaluator  # noqa: E402
+from benchmarks import harness
+from stages.core.schema.params import BackboneParams, TrainParams
+from stages.objectives.infonce import InfoNCE
+from stages.training import contrastive_model as training_model
+from stages.training import loop
+from stages.training.data import read_corpus
+from stages.training.job import standalone_run
+from stages.training.run_folder import stsb_dev_evaluator
 
 BATCH = 64
 MAX_LENGTH = 32
@@ -94,18 +92,6 @@ def matmul_precision(precision: str) -> Iterator[None]:
         torch.set_float32_matmul_precision(previous)
 
 
-def default_data_dir() -> Path:
-    return Path(os.environ.get("CSE_DATA_DIR", REPO.parent / "shared" / "data"))
-
-
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def steady_step_seconds(ends: list[float], warmup: int) -> list[float]:
-    return [b - a for a, b in zip(ends[warmup:], ends[warmup + 1 :], strict=False)]
-
-
 def ours(
     corpus: Path,
     steps: int,
@@ -129,54 +115,29 @@ def ours(
         step()
 
     every_token = mock.patch.object(training_model, "reads_first_tokens_only", lambda pooler: False)
-    ends, hook = timed_steps(numbered if around_step is not None else None)
+    ends, hook = harness.timed_steps(numbered if around_step is not None else None)
     with every_token if every_token_last_layer else nullcontext():
-        out = Path(tempfile.mkdtemp(dir=workdir))
-        job = loop.TrainJob(
-            run_id=f"bench-{precision}-{unpad}",
-            objective=InfoNCE(name="infonce", tau=0.05),
-            temperature=TemperatureSchedule(),
-            train=TrainParams(
-                batch_size=BATCH,
-                max_seq_length=MAX_LENGTH,
-                learning_rate=LR,
-                eval_steps=eval_steps,
-                checkpoint_steps=10**9,
-                log_steps=10,
-                precision=precision,
-                device="cpu",
-                unpad=unpad,
-            ),
-            backbone=backbone,
-            backbone_name="bench",
-            seed=42,
-            corpus=corpus,
-            max_sentences=steps * BATCH,
-            out_dir=out,
-            cache_dir=workdir / "tokenized",
+        train = TrainParams(
+            batch_size=BATCH,
+            max_seq_length=MAX_LENGTH,
+            learning_rate=LR,
+            eval_steps=eval_steps,
+            checkpoint_steps=10**9,
+            log_steps=10,
+            precision=precision,
+            device="cpu",
+            unpad=unpad,
         )
+        run = standalone_run(
+            train, backbone, corpus, name=f"bench-{precision}-{unpad}", backbone_name="bench",
+            seed=42, max_sentences=steps * BATCH,
+        )  # fmt: skip
+        out = Path(tempfile.mkdtemp(dir=workdir))
+        job = loop.TrainJob(run, InfoNCE(name="infonce", tau=0.05), out, workdir / "tokenized")
         metrics = loop.train(job, evaluate, step_hook=hook)
         if around_step is not None:
             around_step(len(ends))
     return ends, metrics
-
-
-def timed_steps(
-    wrap: Callable[[Callable[[], None]], None] | None = None,
-) -> tuple[list[float], loop.StepHook]:
-    """A step hook for the stage's training loop (``loop.train(..., step_hook=hook)``) that
-    appends each optimizer step's end time to the returned list; ``wrap(step)`` (optional) runs
-    each step (``step()`` does the work)."""
-    ends: list[float] = []
-
-    def timed(step: Callable[[], None]) -> None:
-        if wrap is None:
-            step()
-        else:
-            wrap(step)
-        ends.append(time.perf_counter())
-
-    return ends, timed
 
 
 def sentence_transformers_recipe(
@@ -289,6 +250,56 @@ def no_evaluation(encode) -> dict[str, float]:
     return {"spearman": 0.0, "alignment": 0.0, "uniformity": 0.0}
 
 
+def recipe_seconds_per_step(
+    recipe: str,
+    round_file: Path,
+    sentences: list[str],
+    steps: int,
+    warmup: int,
+    workdir: Path,
+    model: Path | None = None,
+) -> float:
+    """Steady seconds per step of one run of ``recipe`` (``peer_<precision>_<setting>`` or
+    ``ours_<precision>[_padded|_every_token]``) on a round's sentences; ``model``: a model
+    folder both trainers load (default: all-MiniLM-L6-v2)."""
+    if recipe.startswith("peer"):
+        ends = run_peer(recipe, sentences, workdir, None if model is None else str(model))
+    else:
+        ends, _ = ours(
+            round_file, steps, "bf16" if "bf16" in recipe else "fp32", workdir, no_evaluation,
+            10**9, backbone=MINILM if model is None else BackboneParams(model=str(model)),
+            unpad=not recipe.endswith("padded"),
+            every_token_last_layer=recipe.endswith("every_token"),
+        )  # fmt: skip
+    return harness.steady_seconds_per_step(ends, warmup)
+
+
+def interleaved_recipes(
+    recipes: list[str],
+    corpus: Path,
+    workdir: Path,
+    *,
+    rounds: int,
+    steps: int,
+    warmup: int,
+    model: Path | None = None,
+) -> Iterator[harness.Round[float]]:
+    """Seconds per step of every recipe in each of ``rounds`` interleaved rounds, each round
+    on its own sentences (``round_corpus``)."""
+
+    def contestants(index: int) -> dict[str, Callable[[], float]]:
+        round_file, sentences = round_corpus(corpus, index, steps * BATCH, workdir)
+        return {
+            recipe: functools.partial(
+                recipe_seconds_per_step, recipe, round_file, sentences, steps, warmup, workdir,
+                model,
+            )
+            for recipe in recipes
+        }  # fmt: skip
+
+    return harness.interleaved(rounds, contestants)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=12, help="optimizer steps per timed run")
@@ -308,9 +319,10 @@ def main() -> None:
         choices=["fp32", "bf16"],
         help="fp32 alone where the CPU has no bf16 units (both sides emulate bf16, ~11x slower)",
     )
-    p.add_argument("--data-dir", type=Path, default=default_data_dir())
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_cpu.json")
+    p.add_argument("--data-dir", type=Path, default=harness.data_dir())
+    p.add_argument("--out", type=Path, default=harness.RESULTS / "train_cpu.json")
     args = p.parse_args()
+    invocation = harness.begin(__file__)
     torch.set_num_threads(2)
     corpus = args.data_dir / "corpus" / "wiki1m_head_11913.txt"
     workdir = Path(tempfile.mkdtemp(prefix="bench-train-cpu-"))
@@ -325,7 +337,7 @@ def main() -> None:
             "torch": torch.__version__,
             "cpu_count": os.cpu_count(),
         },
-        "load_average_start": load_average(),
+        "load_average_start": invocation.load_average_before,
         "rounds": [],
     }
     recipes = [
@@ -337,21 +349,12 @@ def main() -> None:
         if ("bf16" if "bf16" in recipe else "fp32") in args.precisions
     ]  # fmt: skip
     result["setup"]["precisions"] = args.precisions
-    for r in range(args.rounds):
-        row: dict[str, Any] = {"load_average": load_average()}
-        round_file, sentences = round_corpus(corpus, r, args.steps * BATCH, workdir)
-        # Alternate the order (A B C, C B A, ...) so that drifting load favours no recipe.
-        for recipe in recipes if r % 2 == 0 else recipes[::-1]:
-            precision = "bf16" if "bf16" in recipe else "fp32"
-            if recipe.startswith("peer"):
-                ends = run_peer(recipe, sentences, workdir)
-            else:
-                ends, _ = ours(
-                    round_file, args.steps, precision, workdir, no_evaluation, 10**9,
-                    unpad=not recipe.endswith("padded"),
-                    every_token_last_layer=recipe.endswith("every_token"),
-                )  # fmt: skip
-            row[f"{recipe}_s_per_step"] = statistics.mean(steady_step_seconds(ends, args.warmup))
+    measured_rounds = interleaved_recipes(
+        recipes, corpus, workdir, rounds=args.rounds, steps=args.steps, warmup=args.warmup
+    )
+    for measured in measured_rounds:
+        row: dict[str, Any] = {"load_average": measured.load_average_start}
+        row |= {f"{recipe}_s_per_step": s for recipe, s in measured.results.items()}
         for precision in args.precisions:
             best_peer(row, precision, "s_per_step")
             row[f"ratio_{precision}"] = (
@@ -364,14 +367,9 @@ def main() -> None:
             row["ratio_first_tokens_fp32"] = (
                 row["ours_fp32_every_token_s_per_step"] / row["ours_fp32_s_per_step"]
             )
-        row["load_average_end"] = load_average()
+        row["load_average_end"] = measured.load_average_end
         result["rounds"].append(row)
-        shown = {
-            k: round(v, 3) if isinstance(v, float) else v
-            for k, v in row.items()
-            if not k.startswith("load")
-        }
-        print(f"round {r + 1} (load {row['load_average']}): {json.dumps(shown)}", flush=True)
+        harness.print_round(measured, row, digits=3)
     rounds = result["rounds"]
     summary = {}
     peers = [f"peer_{precision}" for precision in args.precisions]
@@ -380,16 +378,14 @@ def main() -> None:
         summary[f"{key}_sentences_per_s"] = BATCH / seconds
     ratios = ("ratio_fp32", "ratio_bf16", "ratio_unpadding_fp32", "ratio_first_tokens_fp32")
     for ratio in [key for key in ratios if rounds and key in rounds[0]]:
-        values = [r[ratio] for r in rounds]
-        summary[f"{ratio}_median"] = statistics.median(values)
-        summary[f"{ratio}_range"] = [min(values), max(values)]
+        summary |= harness.ratio_summary(ratio, [r[ratio] for r in rounds])
     result["summary"] = summary
-    result["load_average_end"] = load_average()
+    result["load_average_end"] = harness.load_average()
 
     if args.quality_steps:
         evaluate = stsb_dev_evaluator(args.data_dir / "senteval")
         eval_steps = max(1, args.quality_steps // 4)
-        quality: dict[str, Any] = {"load_average_start": load_average()}
+        quality: dict[str, Any] = {"load_average_start": harness.load_average()}
         variants = {"fp32_unpadded": True, "fp32_padded": False}
         for label in args.quality_variants:
             unpad = variants[label]
@@ -403,13 +399,11 @@ def main() -> None:
             }
             print(f"quality {label}: best dev Spearman {metrics['best']['spearman']:.2f}")
         quality["steps"] = args.quality_steps
-        quality["load_average_end"] = load_average()
+        quality["load_average_end"] = harness.load_average()
         result["quality"] = quality
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
-    print(f"written to {args.out}")
+    harness.write_result(args.out, result, invocation)
 
 
 if __name__ == "__main__":

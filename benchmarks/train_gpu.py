@@ -41,10 +41,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
-import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -55,25 +53,18 @@ import numpy as np
 import torch
 from torch.autograd import DeviceType
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.train_cpu import (  # noqa: E402
-    load_average,
-    sentence_transformers_recipe,
-    steady_step_seconds,
-    timed_steps,
-)
-from stages.core.schema.params import BackboneParams, RandomInit, TrainParams  # noqa: E402
-from stages.core.schema.temperature_settings import TemperatureSchedule  # noqa: E402
-from stages.core.storage.run_folders import LOG_FILE  # noqa: E402
-from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
-from stages.objectives.infonce import InfoNCE  # noqa: E402
-from stages.training import loop  # noqa: E402
-from stages.training.data import BatchPlan, load_tokenized_corpus, read_corpus  # noqa: E402
-from stages.training.run_folder import stsb_dev_evaluator  # noqa: E402
+from benchmarks import harness
+from benchmarks.train_cpu import no_evaluation, sentence_transformers_recipe
+from stages.core.schema.params import BackboneParams, RandomInit, TrainParams
+from stages.core.storage.run_folders import LOG_FILE
+from stages.modeling.backbone import load_backbone, load_tokenizer
+from stages.objectives.infonce import InfoNCE
+from stages.training import loop
+from stages.training.data import BatchPlan, load_tokenized_corpus, read_corpus
+from stages.training.job import standalone_run
+from stages.training.run_folder import stsb_dev_evaluator
 
 BERT_BASE = RandomInit(
     hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
@@ -84,8 +75,8 @@ MAX_LENGTH = 32
 
 def default_path(relative: str) -> Path:
     """data/<relative> in the repository if the download stage ran, else the shared copy."""
-    local = REPO / "data" / relative
-    shared = Path(os.environ.get("CSE_DATA_DIR", REPO.parent / "shared" / "data")) / relative
+    local = harness.REPO / "data" / relative
+    shared = harness.data_dir() / relative
     return local if local.exists() else shared
 
 
@@ -146,23 +137,17 @@ def run(
         gradient_checkpointing=args.gradient_checkpointing,
         unpad=unpad,
     )
-    job = loop.TrainJob(
-        run_id=f"bench-{batch}-{'unpadded' if unpad else 'padded'}",
-        objective=InfoNCE(name="infonce", tau=0.05),
-        temperature=TemperatureSchedule(),
-        train=train,
-        backbone=backbone,
-        backbone_name="bert-base-size-random",
-        seed=42,
-        corpus=args.corpus,
-        out_dir=Path(tempfile.mkdtemp(dir=workdir)),
-        cache_dir=workdir / "tokenized",
-    )
+    run = standalone_run(
+        train, backbone, args.corpus, name=f"bench-{batch}-{'unpadded' if unpad else 'padded'}",
+        backbone_name="bert-base-size-random", seed=42,
+    )  # fmt: skip
+    out = Path(tempfile.mkdtemp(dir=workdir))
+    job = loop.TrainJob(run, InfoNCE(name="infonce", tau=0.05), out, workdir / "tokenized")
     cuda = torch.cuda.is_available() and args.device != "cpu"
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    ends, hook = timed_steps(around_step)
+    ends, hook = harness.timed_steps(around_step)
     metrics = loop.train(job, evaluate, step_hook=hook)
     seconds = metrics["timing"]["wall_s"]
     corpus = load_tokenized_corpus(
@@ -204,8 +189,7 @@ def backbone_spec(args: argparse.Namespace) -> BackboneParams:
 
 def steady_rate(ends: list[float], warmup: int) -> float:
     """Steps per second between the ends of steps after the first ``warmup`` (all if too few)."""
-    intervals = steady_step_seconds(ends, min(warmup, max(len(ends) - 2, 0)))
-    return len(intervals) / sum(intervals)
+    return 1 / harness.steady_seconds_per_step(ends, min(warmup, max(len(ends) - 2, 0)))
 
 
 def peer(args: argparse.Namespace, batch: int, steps: int, workdir: Path) -> dict[str, Any]:
@@ -222,16 +206,16 @@ def peer(args: argparse.Namespace, batch: int, steps: int, workdir: Path) -> dic
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     precision = "fp32" if args.precision == "fp32" or device == "cpu" else "bf16"
-    began = time.perf_counter()
-    ends = sentence_transformers_recipe(
-        sentences, workdir, precision, model=str(folder), device=device, batch_size=batch
-    )
+    with harness.stopwatch() as elapsed:
+        ends = sentence_transformers_recipe(
+            sentences, workdir, precision, model=str(folder), device=device, batch_size=batch
+        )
     result = {
         "recipe": "sentence-transformers",
         "precision": precision,
         "batch_size": batch,
         "steps": len(ends),
-        "seconds": time.perf_counter() - began,
+        "seconds": elapsed.seconds,
         "steady_steps_per_s": steady_rate(ends, args.warmup),
     }
     if device == "cuda":
@@ -320,10 +304,6 @@ def profile(args: argparse.Namespace, batch: int, unpad: bool, workdir: Path) ->
     }
 
 
-def no_evaluation(encode) -> dict[str, float]:
-    return {"spearman": 0.0, "alignment": 0.0, "uniformity": 0.0}
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=2000, help="steps at batch 64")
@@ -373,6 +353,7 @@ def main() -> None:
         "temporary folder's, so a check of the script leaves the recorded figures alone)",
     )
     args = p.parse_args()
+    invocation = harness.begin(__file__)
     if args.compile == "reduce-overhead" and "unpadded" in args.forwards:
         p.error("--compile reduce-overhead records fixed shapes: use it with --forwards padded")
     if args.corpus is None:
@@ -382,7 +363,7 @@ def main() -> None:
         args.steps, args.steps_large, args.eval_steps, args.warmup = 6, 3, 3, 1
     workdir = Path(tempfile.mkdtemp(prefix="bench-train-gpu-"))
     if args.out is None:
-        args.out = (workdir if args.smoke else REPO / "benchmarks" / "results") / "train_gpu.json"
+        args.out = (workdir if args.smoke else harness.RESULTS) / "train_gpu.json"
     evaluate = stsb_dev_evaluator(args.senteval)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     report: dict[str, Any] = {
@@ -392,7 +373,7 @@ def main() -> None:
         "compile": args.compile,
         "gradient_checkpointing": args.gradient_checkpointing,
         "corpus": str(args.corpus),
-        "load_average_before": load_average(),
+        "load_average_before": invocation.load_average_before,
         "runs": [],
         "peer": [],
     }
@@ -423,10 +404,8 @@ def main() -> None:
                 if r["batch_size"] == batch and r["mode"] == "training_only"
             }
             print(json.dumps(theirs), flush=True)
-    report["load_average_after"] = load_average()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"written to {args.out}")
+    report["load_average_after"] = harness.load_average()
+    harness.write_result(args.out, report, invocation)
 
 
 if __name__ == "__main__":

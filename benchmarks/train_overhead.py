@@ -43,23 +43,19 @@ from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.train_cpu import (  # noqa: E402
+from benchmarks import harness
+from benchmarks.train_cpu import (
     BATCH,
     best_peer,
-    default_data_dir,
-    load_average,
+    interleaved_recipes,
     no_evaluation,
     ours,
     peer_recipes,
-    round_corpus,
-    run_peer,
-    steady_step_seconds,
 )
-from stages.core.schema.params import BackboneParams, RandomInit  # noqa: E402
-from stages.modeling.backbone import load_backbone, load_tokenizer  # noqa: E402
+from stages.core.schema.params import BackboneParams, RandomInit
+from stages.modeling.backbone import load_backbone, load_tokenizer
 
 TINY = RandomInit(
     hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512
@@ -199,11 +195,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5, help="steps left out at the start of a run")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile-steps", type=int, default=20)
-    p.add_argument("--data-dir", type=Path, default=default_data_dir())
-    p.add_argument(
-        "--out", type=Path, default=REPO / "benchmarks" / "results" / "train_overhead.json"
-    )
+    p.add_argument("--data-dir", type=Path, default=harness.data_dir())
+    p.add_argument("--out", type=Path, default=harness.RESULTS / "train_overhead.json")
     args = p.parse_args()
+    invocation = harness.begin(__file__)
     torch.set_num_threads(2)
     corpus = args.data_dir / "corpus" / "wiki1m_head_11913.txt"
     workdir = Path(tempfile.mkdtemp(prefix="bench-train-overhead-"))
@@ -213,28 +208,20 @@ def main() -> None:
                   "batch_size": BATCH, "max_seq_length": 32, "steps_per_run": args.steps,
                   "warmup_steps": args.warmup, "threads": torch.get_num_threads(),
                   "torch": torch.__version__},
-        "load_average_start": load_average(),
+        "load_average_start": invocation.load_average_before,
         "rounds": [],
     }  # fmt: skip
     recipes = [
         *peer_recipes("fp32"), "ours_fp32", "ours_fp32_every_token",
         *peer_recipes("bf16"), "ours_bf16", "ours_bf16_every_token",
     ]  # fmt: skip
-    for r in range(args.rounds):
-        row: dict[str, Any] = {"load_average": load_average()}
-        round_file, sentences = round_corpus(corpus, r, args.steps * BATCH, workdir)
-        for recipe in recipes if r % 2 == 0 else recipes[::-1]:
-            precision = "bf16" if "bf16" in recipe else "fp32"
-            if recipe.startswith("peer"):
-                ends = run_peer(recipe, sentences, workdir, str(model))
-            else:
-                ends, _ = ours(
-                    round_file, args.steps, precision, workdir, no_evaluation, 10**9,
-                    backbone=BackboneParams(model=str(model)),
-                    every_token_last_layer=recipe.endswith("every_token"),
-                )  # fmt: skip
-            seconds = statistics.mean(steady_step_seconds(ends, args.warmup))
-            row[f"{recipe}_steps_per_s"] = 1 / seconds
+    measured_rounds = interleaved_recipes(
+        recipes, corpus, workdir, rounds=args.rounds, steps=args.steps, warmup=args.warmup,
+        model=model,
+    )  # fmt: skip
+    for measured in measured_rounds:
+        row: dict[str, Any] = {"load_average": measured.load_average_start}
+        row |= {f"{recipe}_steps_per_s": 1 / s for recipe, s in measured.results.items()}
         for precision in ("fp32", "bf16"):
             best_peer(row, precision, "steps_per_s", faster=max)
             for variant in ("", "_every_token"):
@@ -242,26 +229,19 @@ def main() -> None:
                     row[f"ours_{precision}{variant}_steps_per_s"]
                     / row[f"peer_{precision}_steps_per_s"]
                 )
-        row["load_average_end"] = load_average()
+        row["load_average_end"] = measured.load_average_end
         result["rounds"].append(row)
-        shown = {
-            k: round(v, 2) if isinstance(v, float) else v
-            for k, v in row.items()
-            if not k.startswith("load")
-        }
-        print(f"round {r + 1} (load {row['load_average']}): {json.dumps(shown)}", flush=True)
+        harness.print_round(measured, row, digits=2)
     summary: dict[str, Any] = {}
     for key in [*recipes, "peer_fp32", "peer_bf16"]:
         summary[f"{key}_steps_per_s"] = statistics.median(
             r[f"{key}_steps_per_s"] for r in result["rounds"]
         )
     for ratio in ("ratio_fp32", "ratio_bf16", "ratio_fp32_every_token", "ratio_bf16_every_token"):
-        values = [r[ratio] for r in result["rounds"]]
-        summary[f"{ratio}_median"] = statistics.median(values)
-        summary[f"{ratio}_range"] = [min(values), max(values)]
+        summary |= harness.ratio_summary(ratio, [r[ratio] for r in result["rounds"]])
     result["summary"] = summary
 
-    result["profile"] = {"load_average_start": load_average()}
+    result["profile"] = {"load_average_start": harness.load_average()}
     for precision in ("fp32", "bf16"):
         result["profile"][precision] = profile_ours(corpus, model, precision, args, workdir)
         print(f"profile {precision}: {json.dumps(result['profile'][precision])}", flush=True)
@@ -270,11 +250,9 @@ def main() -> None:
     print(f"minuscule: {json.dumps(result['profile']['minuscule_fp32'])}", flush=True)
     result["host_reads"] = host_reads(corpus, model, args, workdir)
     print(f"host reads: {json.dumps(result['host_reads'])}", flush=True)
-    result["load_average_end"] = load_average()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    result["load_average_end"] = harness.load_average()
     print(json.dumps(summary, indent=2))
-    print(f"written to {args.out}")
+    harness.write_result(args.out, result, invocation)
 
 
 if __name__ == "__main__":

