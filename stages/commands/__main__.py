@@ -17,6 +17,11 @@ COMMANDS = {
     "dvc": ("pipeline", "dvc", "regenerate dvc.yaml after changing the experiment matrix"),
     "check-dvc": ("pipeline", "check-dvc", "fail if dvc.yaml is out of date with the params"),
     "code-manifests": ("pipeline", "code-manifests", "write the stages' code manifests (DVC)"),
+    "carry-over": (
+        "carry_over",
+        "carry-over [EXPERIMENT ...]",
+        "verified reuse across a code change",
+    ),
     "adopt": ("pipeline", "adopt EXPERIMENT", "reuse a run trained before code identity"),
     "docs": ("pipeline", "docs", "regenerate README.md's table of the evaluations"),
     "store": ("store", "store list|pull|push|verify|gc", "the shared runs store"),

@@ -181,3 +181,52 @@ def _print_summary(results: dict[str, Any], output: Path) -> None:
     if "mteb_native_results" in results:
         native = output.parent / results["mteb_native_results"]
         print(f"in mteb's results layout (mteb.ResultCache): {native}")
+
+
+# What ``cse carry-over`` asks of an evaluation (stages/commands/carry_over.py): a cheap sample
+# of its settings, its score under them, and a record's results per task, to compare exactly.
+# A task's entry besides these is where and how fast it ran.
+COMPARED_TASK_FIELDS = ("main_score", "metric", "category", "splits", "subsets", "data",
+                        "dataset_revision")  # fmt: skip
+
+
+def sample(settings: MtebParams) -> MtebParams:
+    """One task: the first with a local copy where local data is on (offline), else the first."""
+    from stages.mteb_protocol.local_data import local_tasks
+
+    names = task_names(settings.tasks)
+    local = local_tasks(settings.local_source) if settings.local_data else ()
+    chosen = next((name for name in names if name in local), names[0])
+    return settings.model_copy(update={"tasks": (chosen,)})
+
+
+def score(encoder: SentenceEncoder, settings: MtebParams, label: str, workdir: Path) -> dict:
+    """The results of ``encoder`` under ``settings``, computed afresh (mteb's result cache in
+    ``workdir``, empty)."""
+    fresh = settings.model_copy(update={"cache_dir": str(workdir / "mteb-cache")})
+    return evaluate_encoder(encoder, label, fresh)
+
+
+def mismatches(record: dict[str, Any], settings: MtebParams) -> list[str]:
+    """What a results record says it computed that ``settings`` would not."""
+    recorded = {
+        "tasks": tuple(record.get("requested", ())),
+        "normalize": record.get("encoder", {}).get("normalize"),
+        "local_source": record.get("data", {}).get("local_source"),
+    }
+    planned = {
+        "tasks": task_names(settings.tasks),
+        "normalize": settings.normalize,
+        "local_source": settings.local_source if settings.local_data else None,
+    }
+    return [
+        f"{k}: {recorded[k]!r}, not {planned[k]!r}" for k in planned if recorded[k] != planned[k]
+    ]
+
+
+def task_results(record: dict[str, Any]) -> dict[str, Any]:
+    """A results record's scores per task, without where and how fast each ran."""
+    return {
+        name: {key: entry.get(key) for key in COMPARED_TASK_FIELDS}
+        for name, entry in record.get("tasks", {}).items()
+    }

@@ -54,9 +54,7 @@ def project_params(params_file: str) -> Params | None:
     return None
 
 
-def target_from_arguments(
-    args: argparse.Namespace, evaluation: str, plan: Plan | None
-) -> Target:
+def target_from_arguments(args: argparse.Namespace, evaluation: str, plan: Plan | None) -> Target:
     """The target the parsed flags name (``plan``: the params file's, if there is one)."""
     if args.experiment:
         if plan is None:

@@ -27,7 +27,12 @@ from stages.core.cli import add_target_arguments, parse_target_arguments, parser
 from stages.core.errors import StageError
 from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.data_check import verify_workspace_data
-from stages.core.schema.evaluation_settings import SENTEVAL_TASKS, SentEvalParams
+from stages.core.schema.evaluation_settings import (
+    SENTEVAL_STS_TASKS,
+    SENTEVAL_TASKS,
+    SENTEVAL_TRANSFER_TASKS,
+    SentEvalParams,
+)
 from stages.core.storage import layout
 from stages.evaluations.results import project_params, run_evaluation, target_from_arguments
 from stages.senteval_protocol.loaders import TASK_FOLDERS, DataFormatError, downstream_dir
@@ -119,3 +124,37 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{key}: {summary[key]:.2f}")
     print(f"wrote {output}" + ("" if results else " (the stored result of the same evaluation)"))
 
+
+# What ``cse carry-over`` asks of an evaluation (stages/commands/carry_over.py): a cheap sample
+# of its settings, its score under them, and a record's results per task, to compare exactly.
+
+
+def sample(settings: SentEvalParams) -> SentEvalParams:
+    """The first STS task and the first transfer task the settings score."""
+    sts = [t for t in settings.tasks if t in SENTEVAL_STS_TASKS][:1]
+    transfer = [t for t in settings.tasks if t in SENTEVAL_TRANSFER_TASKS][:1]
+    return settings.model_copy(update={"tasks": (*sts, *transfer)})
+
+
+def score(encoder: SentenceEncoder, settings: SentEvalParams, label: str, workdir: Path) -> dict:
+    """The results of ``encoder`` under ``settings``, encoded afresh (no embedding cache)."""
+    return evaluate_encoder(encoder, settings, cache_dir=None)
+
+
+def mismatches(record: dict[str, Any], settings: SentEvalParams) -> list[str]:
+    """What a results record says it computed that ``settings`` would not."""
+    protocol = record.get("protocol", {})
+    recorded = {
+        "tasks": tuple(protocol.get("tasks", ())),
+        "mode": protocol.get("mode"),
+        "seed": protocol.get("classifier", {}).get("seed"),
+    }
+    planned = {"tasks": settings.tasks, "mode": settings.mode, "seed": settings.seed}
+    return [
+        f"{k}: {recorded[k]!r}, not {planned[k]!r}" for k in planned if recorded[k] != planned[k]
+    ]
+
+
+def task_results(record: dict[str, Any]) -> dict[str, Any]:
+    """A results record's scores per task (its timings are elsewhere)."""
+    return record.get("tasks", {})

@@ -131,3 +131,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, scores in (results or {}).get("scores", {}).items():
         print(f"{name}: Spearman {scores['spearman']:.2f}, Pearson {scores['pearson']:.2f}")
     print(f"wrote {output}" + ("" if results else " (the stored result of the same evaluation)"))
+
+
+# What ``cse carry-over`` asks of an evaluation (stages/commands/carry_over.py): a cheap sample
+# of its settings, its score under them, and a record's results per task, to compare exactly.
+
+
+def sample(settings: StsTsvParams) -> StsTsvParams:
+    """The first file."""
+    first = next(iter(settings.files.items()))
+    return settings.model_copy(update={"files": dict([first])})
+
+
+def score(encoder: SentenceEncoder, settings: StsTsvParams, label: str, workdir: Path) -> dict:
+    """The results of ``encoder`` on the settings' files."""
+    return score_files(encoder, settings.files)
+
+
+def mismatches(record: dict[str, Any], settings: StsTsvParams) -> list[str]:
+    """What a results record says it computed that ``settings`` would not: other files, or
+    files whose content changed since."""
+    recorded = {name: task.get("sha256") for name, task in record.get("tasks", {}).items()}
+    planned = {
+        name: sha256_of(Path(path)) if Path(path).is_file() else None
+        for name, path in settings.files.items()
+    }
+    return [] if recorded == planned else [f"files: {sorted(recorded)}, not {sorted(planned)}"]
+
+
+def task_results(record: dict[str, Any]) -> dict[str, Any]:
+    """A results record's scores per file."""
+    return record.get("tasks", {})

@@ -65,9 +65,12 @@ def train(
     ctx: Distributed | None = None,
     *,
     step_hook: StepHook | None = None,
-) -> dict[str, Any]:
+    until_step: int | None = None,
+) -> dict[str, Any] | None:
     """Train (or resume) the run in ``job.out_dir``; return its metrics (also in metrics.json).
-    ``step_hook`` (optional) runs each optimizer step."""
+    ``step_hook`` (optional) runs each optimizer step. ``until_step``: stop after that update
+    with the log flushed and no model written, returning None (a replay of a run's first steps,
+    ``stages.training.replay``)."""
     ctx = ctx or Distributed()
     settings = job.train
     runtime = resolve_runtime(
@@ -89,8 +92,9 @@ def train(
             disable=not ctx.is_main,
             dynamic_ncols=True,
         )
+        stop_at = run.total_steps if until_step is None else min(until_step, run.total_steps)
         try:
-            while run.step < run.total_steps:
+            while run.step < stop_at:
                 # views, forward, loss, backward, clip, AdamW, schedules: Training.train_step
                 if step_hook is None:
                     run.train_step()
@@ -104,7 +108,7 @@ def train(
                 checkpoint = step % settings.checkpoint_steps == 0 and not last
 
                 # Logging: the one host read of the steps' values since the last flush.
-                if step % settings.log_steps == 0 or evaluate or checkpoint or last:
+                if step % settings.log_steps == 0 or evaluate or checkpoint or step == stop_at:
                     with phase("step.logging"):
                         records = run.recorder.flush(average)
                         if log is not None:
@@ -156,6 +160,8 @@ def train(
                         progress.best_unsaved = False
                     dist_util.barrier(ctx)
 
+            if run.step < run.total_steps:  # stopped at until_step
+                return None
             # Finish: final/ and best/ model folders, metrics.json; the checkpoints go.
             wall = time.perf_counter() - started
             if progress.best is None:

@@ -161,6 +161,8 @@ class TrainingParts:
             "steps_per_epoch": self.updates_per_epoch,
             "batches_per_update": self.accumulation,
             "corpus_rows": len(self.corpus),
+            # a CPU's sums depend on how many threads split them: a replay uses as many
+            "threads": torch.get_num_threads(),
         }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from stages.core.errors import StageError
 from stages.core.identity.experiments import Experiment, Plan, Run
+from stages.core.planning.evaluation_store import stored_evaluation
 from stages.core.planning.train_pointer import pointed_run_id
 from stages.core.schema.evaluation_settings import output_file
 from stages.core.storage import layout
@@ -61,6 +62,8 @@ def run_state(run: Run) -> str:
         config = read_config(run.run_dir) or {}
         if "adopted_from" in config:
             return "yes (adopted, code unknown)"
+        if "carried_over" in config:
+            return f"yes (carried over from {config['carried_over']['from']})"
         return f"yes ({origin_label(read_origin(run.run_dir))})"
     lock = lock_path(run.run_dir)
     if lock.is_file() and not is_stale(lock):
@@ -109,9 +112,7 @@ def status_rows(plan: Plan) -> list[dict[str, str]]:
     for name, experiment in plan.experiments.items():
         run = plan.runs.get(name)
         outputs = ("train", *evaluations) if run else evaluations
-        done = {
-            stage: _status_cell(recorded_output(plan, stage, experiment)[1]) for stage in outputs
-        }
+        done = {stage: output_state(plan, stage, experiment) for stage in outputs}
         state = run_state(run) if run else "n/a (baseline)"
         environment = (
             environment_summary(read_config(run.run_dir)) if run and state.startswith("yes") else ""
@@ -123,8 +124,16 @@ def status_rows(plan: Plan) -> list[dict[str, str]]:
     return rows
 
 
-def _status_cell(problem: str | None) -> str:
-    return "yes" if problem is None else "-" if problem == "missing" else problem
+def output_state(plan: Plan, stage: str, experiment: Experiment) -> str:
+    """'yes' when the experiment's output is the planned one; 'stored' when it is not written
+    yet but the planned evaluation is stored (the orchestrator writes it without computing);
+    '-' or what is wrong otherwise."""
+    problem = recorded_output(plan, stage, experiment)[1]
+    if problem is None:
+        return "yes"
+    if stage != "train" and stored_evaluation(plan, stage, experiment)[0].is_file():
+        return "stored"
+    return "-" if problem == "missing" else problem
 
 
 def adopt_legacy_run(plan: Plan, name: str) -> str:

@@ -34,7 +34,13 @@ from pydantic import (
 )
 
 from stages.core.schema.data_manifest import is_under, load_manifest
-from stages.core.schema.mteb_task_sets import SIMACE56, STS7, TASK_SETS, unknown_task_names
+from stages.core.schema.mteb_task_sets import (
+    SIMACE56,
+    STS7,
+    TASK_SETS,
+    task_names,
+    unknown_task_names,
+)
 from stages.core.storage import layout
 from stages.core.storage.hashing import folder_digest, sha256_of
 
@@ -69,6 +75,10 @@ class EvaluationSettings(BaseModel):
     def encoded_sentences(self) -> int | None:
         """How many sentences it encodes, for time estimates (None: unknown, an allowance)."""
         return None
+
+    def task_names(self) -> tuple[str, ...]:
+        """The tasks it scores, by the names its results use."""
+        return ()
 
     def data_identity(self) -> dict[str, str | None]:
         """Its data by content (part of its id): what it reads in the workspace's data/ by the
@@ -105,6 +115,9 @@ class SentEvalParams(EvaluationSettings):
 
     def reads(self) -> tuple[Path, ...]:
         return (Path(self.data_dir),)
+
+    def task_names(self) -> tuple[str, ...]:
+        return self.tasks
 
 
 class MtebParams(EvaluationSettings):
@@ -161,6 +174,9 @@ class MtebParams(EvaluationSettings):
     def is_enabled(self) -> bool:
         return self.enabled
 
+    def task_names(self) -> tuple[str, ...]:
+        return task_names(self.tasks)
+
     def reads(self) -> tuple[Path, ...]:
         if not self.local_data:
             return ()
@@ -190,6 +206,9 @@ class StsTsvParams(EvaluationSettings):
 
     def is_enabled(self) -> bool:
         return bool(self.files)
+
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(self.files)
 
     def reads(self) -> tuple[Path, ...]:
         return tuple(Path(path) for path in self.files.values())
