@@ -28,6 +28,7 @@ localrules:
     download_sts_raw,
     figures,
     report,
+    link_run,
 
 
 onstart:

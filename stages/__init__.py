@@ -1,7 +1,16 @@
 """Pipeline stages (one module each, runnable as ``python -m stages.<name>``) and their
 building blocks (sub-packages named for what they are)."""
 
+import os
 import sys
+
+# Threads: a job's share of the cores arrives as OMP_NUM_THREADS (Snakemake sets it, and the
+# MKL/BLAS variables, to the rule's `threads`; torch reads it); polars and the tokenizers have
+# variables of their own, read when they load: they follow it unless set themselves. A stage run
+# by hand with none set uses every core.
+if "OMP_NUM_THREADS" in os.environ:
+    for _variable in ("POLARS_MAX_THREADS", "RAYON_NUM_THREADS"):
+        os.environ.setdefault(_variable, os.environ["OMP_NUM_THREADS"])
 
 _previous_excepthook = sys.excepthook
 

@@ -104,6 +104,18 @@ def test_a_comment_in_an_objective_reruns_nothing(workspaces: dict[str, Path]) -
     assert trained_runs(root) == runs and results(root) == before
 
 
+def test_a_dry_run_of_an_edit_reverted_since_leaves_nothing_planned(
+    workspaces: dict[str, Path],
+) -> None:
+    """`snakemake -n` with an edited loss plans its jobs; once the edit is reverted, nothing is
+    planned (the dry run used to record the outputs it found stale, and they were redone)."""
+    root = workspaces["snakemake"]
+    edit(root, SIMACE, "(s - margin *", "(s - 0.25 * margin *")
+    assert "train:simace.tiny-bert.s42" in planned_snakemake_jobs(root)
+    edit(root, SIMACE, "(s - 0.25 * margin *", "(s - margin *")
+    assert planned_snakemake_jobs(root) == set()
+
+
 def test_the_arithmetic_of_an_objective_retrains_exactly_its_runs(
     workspaces: dict[str, Path],
 ) -> None:

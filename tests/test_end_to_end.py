@@ -57,9 +57,12 @@ def ci_params() -> dict[str, Any]:
     return params
 
 
-def run(args: list[str], root: Path, runs_dir: Path | None = None) -> str:
-    """`args` in the copy at `root`; its runs in its own runs/ unless `runs_dir` names a store."""
-    env = {**os.environ, "CSE_DATA_DIR": str(shared_data()), "HF_HUB_OFFLINE": "1"}
+def run(
+    args: list[str], root: Path, runs_dir: Path | None = None, **variables: str
+) -> str:
+    """`args` in the copy at `root`; its runs in its own runs/ unless `runs_dir` names a store;
+    ``variables``: environment variables set for it."""
+    env = {**os.environ, "CSE_DATA_DIR": str(shared_data()), "HF_HUB_OFFLINE": "1", **variables}
     env.pop("CSE_RUNS_DIR", None)
     if runs_dir is not None:
         env["CSE_RUNS_DIR"] = str(runs_dir)
@@ -74,7 +77,8 @@ def snakemake(root: Path, *extra: str, runs_dir: Path | None = None) -> str:
 
 
 def dvc_repro(root: Path, runs_dir: Path | None = None) -> str:
-    return run(["dvc", "repro"], root, runs_dir)
+    # one thread, as `snakemake --cores 1` gives its jobs: a CPU run's last bits depend on it
+    return run(["dvc", "repro"], root, runs_dir, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 def senteval_scores(root: Path, experiment: str) -> dict[str, Any]:

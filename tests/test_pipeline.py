@@ -44,8 +44,20 @@ GRID_MATRIX = {
 }
 
 
+# a grid point with the settings of a hand-written method: one run, trained once
+TWICE_MATRIX = {
+    **WIDE_MATRIX,
+    "methods": {
+        "simcse": {"objective": {"name": "infonce", "tau": 0.05}},
+        "hot": {"objective": {"name": "infonce"}, "grid": {"objective.tau": [0.05, 0.2]}},
+    },
+}
+
+
 @pytest.mark.parametrize(
-    "params", [None, WIDE_MATRIX, GRID_MATRIX], ids=["default params", "wide matrix", "grid"]
+    "params",
+    [None, WIDE_MATRIX, GRID_MATRIX, TWICE_MATRIX],
+    ids=["default params", "wide matrix", "grid", "a run under two names"],
 )
 def test_snakemake_and_dvc_run_the_same_dag(tmp_path: Path, params: dict[str, Any] | None) -> None:
     root = project_copy(tmp_path, params)
@@ -53,6 +65,24 @@ def test_snakemake_and_dvc_run_the_same_dag(tmp_path: Path, params: dict[str, An
     assert snakemake == dvc
     n_runs = len(plan_experiments(load_params(root / "params.yaml")).runs)
     assert sum(cmd.startswith("python -m stages.train") for cmd, _ in dvc.values()) == n_runs
+
+
+def test_a_run_under_two_names_is_trained_once_and_linked_once() -> None:
+    """The second experiment's train job waits for the first's pointer on no GPU, and the dry
+    run prices it at nothing, naming the experiment that trains it."""
+    from stages.core.planning.estimates import dry_run, format_dry_run
+
+    plan = plan_experiments(parse_params(TWICE_MATRIX))
+    train = {job.key: job for job in build_jobs(plan) if job.stage == "train"}
+    same = [key for key, job in train.items() if job.same_run_as]
+    assert same == ["hot[tau=0.05].tiny.s1"]
+    for key in same:
+        first = train[train[key].same_run_as]
+        assert first.same_run_as is None and first.gpu and not train[key].gpu
+        assert train[key].deps == first.metrics and train[key].identity == first.identity
+    rows = {row.experiment: row for row in dry_run(plan)}
+    assert rows[same[0]].minutes["train"] == 0.0 < rows["simcse.tiny.s1"].minutes["train"]
+    assert "(its run is simcse.tiny.s1's)" in format_dry_run(plan, list(rows.values()))
 
 
 def test_committed_dvc_yaml_matches_committed_params() -> None:
@@ -79,7 +109,26 @@ def test_a_stale_dvc_yaml_stops_stages_run_by_dvc(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "dvc.yaml is out of date with params.yaml" in result.stderr
-    assert "python -m stages.commands dvc" in result.stderr
+    assert "cse dvc" in result.stderr
+
+
+def test_a_bad_params_file_stops_snakemake_with_the_stages_error_and_exit_status(
+    tmp_path: Path,
+) -> None:
+    """Snakemake parses the params when it reads the Snakefile: the same one `error:` block and
+    exit status 2 as a stage, not a WorkflowError naming the Snakefile's line (exit 1)."""
+    root = project_copy(tmp_path, None)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["methods"]["simcse"]["objective"]["tau"] = -1
+    (root / "bad.yaml").write_text(yaml.safe_dump(params))
+    result = subprocess.run(
+        ["snakemake", "-n", "--cores", "1", "--config", "params=bad.yaml"],
+        cwd=root, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: bad.yaml is invalid:\n")
+    assert "methods.simcse.objective.tau: Input should be greater than 0" in result.stderr
+    assert "WorkflowError" not in result.stderr and "common.smk" not in result.stderr
 
 
 def test_changing_one_methods_tau_reruns_only_its_jobs() -> None:

@@ -89,11 +89,10 @@ def test_the_slurm_profile_asks_for_gpus_memory_cpus_and_estimated_time() -> Non
             assert dry["resources"]["runtime"] == str(
                 job_limit_minutes(plan_experiments(params), job)
             )
-            # the caller's thread settings, then the GPU slot (see workflow/rules/rule_jobs.py)
-            assert dry["shell"].startswith("env ")
+            # through the GPU slot (see workflow/rules/rule_jobs.py)
             log = f"logs/{job.stage}/{job.key}.log"
-            assert dry["shell"].endswith(
-                f" python -m stages.commands gpu-slot --gpus 1 -- {job.cmd} 2>&1 | "
+            assert dry["shell"] == (
+                f"python -m stages.commands gpu-slot --gpus 1 -- {job.cmd} 2>&1 | "
                 f"{TEE_LOG.format(log=log)}"
             )
         else:

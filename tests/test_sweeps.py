@@ -87,3 +87,25 @@ def test_the_baseline_method_must_be_one_point_of_a_grid() -> None:
         parse_params(raw)
     raw["report"]["baseline_method"] = "simcse[tau=0.05]"
     assert parse_params(raw).report.baseline_method == "simcse[tau=0.05]"
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        ({"objective": {"name": "infonce", "tau": "abc"}}, "methods.hot.objective.tau: Input"),
+        (
+            {"objective": {"name": "infonce"}, "train": {"learning_rate": -1}},
+            "methods.hot.train.learning_rate: Input should be greater than 0",
+        ),
+    ],
+)
+def test_a_bad_value_the_grid_replaces_is_still_refused(
+    written: dict[str, Any], message: str
+) -> None:
+    """Every point overwrites the swept key: a typo in the method as written is named, not
+    dropped without a word."""
+    raw = copy.deepcopy(SMOKE)
+    grid = {"objective.tau": [0.1]} if "tau" in str(written) else {"train.learning_rate": [1e-5]}
+    raw["methods"]["hot"] = {**written, "grid": grid}
+    with pytest.raises(ParamsError, match=message):
+        parse_params(raw)

@@ -46,6 +46,17 @@ def hub_model_id(backbone: dict[str, Any]) -> bool:
     )
 
 
+def corpus_description(config: dict[str, Any]) -> str:
+    """What the run trained on, as its config.json records it: '3,200 sentences (the first 3,200
+    lines of wiki1m_head_11913)'."""
+    corpus = config.get("identity", {}).get("corpus", {})
+    name = corpus.get("corpus") or Path(str(config.get("corpus", "the corpus"))).stem
+    rows = config.get("execution", {}).get("corpus_rows")
+    first = corpus.get("max_sentences")
+    where = f"the first {first:,} lines of {name}" if first else name
+    return f"{rows:,} sentences ({where})" if rows is not None else f"the sentences of {where}"
+
+
 def _scores_table(rows: list[tuple[str, float]], header: str) -> list[str]:
     lines = [f"| {header} | score |", "|---|---:|"]
     lines += [f"| {name} | {value:.2f} |" for name, value in rows]
@@ -93,7 +104,8 @@ def render_model_card(
     lines += [
         f"# {config.get('experiment', config.get('run_id', 'checkpoint'))}",
         "",
-        f"Unsupervised SimCSE-style training (wiki1m sentences) with the `{name}` objective on "
+        f"Unsupervised SimCSE-style training on {corpus_description(config)} with the `{name}` "
+        "objective on "
         f"`{config.get('backbone', backbone.get('model'))}` (seed {config.get('seed')}), "
         f"by cse-repro (run id `{config.get('run_id')}`). "
         f"Sentence vector: `{train.get('eval_pooler')}` (the evaluation pooler; "

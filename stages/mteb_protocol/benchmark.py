@@ -26,7 +26,9 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -226,6 +228,38 @@ def _cache_state(task: AbsTask, model: MtebEncoder, cache: ResultCache) -> Cache
     return "partial" if cached.get_missing_evaluations(task) else "complete"
 
 
+@contextmanager
+def superseded_task_not_warned(task: AbsTask) -> Iterator[None]:
+    """mteb warns twice per evaluation (a log line and a UserWarning) that a task has a newer
+    version; the papers' tables were computed on the version asked for (STSBenchmark, not
+    STSBenchmark.v2), which is the one meant. One log line says so instead, and the result
+    records the newer version's name (``superseded_by``)."""
+    superseded_by = task.superseded_by
+    if not superseded_by:
+        yield
+        return
+    log.info("%s: scored as asked (mteb's newer version %s is not used)", task.metadata.name,
+             superseded_by)  # fmt: skip
+    task_logger = logging.getLogger(type(task).check_if_dataset_is_superseded.__module__)
+    quiet = _MessageFilter("is superseded by")
+    task_logger.addFilter(quiet)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is superseded by.*")
+            yield
+    finally:
+        task_logger.removeFilter(quiet)
+
+
+class _MessageFilter(logging.Filter):
+    def __init__(self, fragment: str) -> None:
+        super().__init__()
+        self.fragment = fragment
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.fragment not in record.getMessage()
+
+
 def _evaluate_task(
     model: MtebEncoder,
     task: AbsTask,
@@ -241,15 +275,16 @@ def _evaluate_task(
         log.info("%s: the cached result is from other data: re-evaluating", task.metadata.name)
     texts, seconds = model.counter.texts, model.counter.seconds
     start = time.perf_counter()
-    mteb.evaluate(
-        model,
-        task,
-        cache=cache,
-        overwrite_strategy="always" if state == "stale" else "only-missing",
-        encode_kwargs={"batch_size": batch_size},
-        co2_tracker=False,
-        show_progress_bar=False,
-    )
+    with superseded_task_not_warned(task):
+        mteb.evaluate(
+            model,
+            task,
+            cache=cache,
+            overwrite_strategy="always" if state == "stale" else "only-missing",
+            encode_kwargs={"batch_size": batch_size},
+            co2_tracker=False,
+            show_progress_bar=False,
+        )
     wall = time.perf_counter() - start
     # read back what mteb stored (scores rounded to 6 digits), so that a fresh and a cached
     # evaluation report the same numbers
@@ -263,6 +298,7 @@ def _evaluate_task(
         "splits": list(task.eval_splits),
         "subsets": list(task.hf_subsets),
         "data": f"local:{pairs.source}" if pairs else "hub",
+        **({"superseded_by": task.superseded_by} if task.superseded_by else {}),
         "dataset_revision": result.dataset_revision,
         "from_cache": state == "complete",
         "wall_s": wall,

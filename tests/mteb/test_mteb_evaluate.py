@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import http.server
+import logging
 import socket
 import threading
+import warnings
 from pathlib import Path
 
 import datasets.config
@@ -68,6 +70,23 @@ def test_results_record_scores_categories_data_timings_and_mtebs_files(
     assert Path(row["result_file"]).parent == Path(results["mteb_results_dir"])
     assert stored.dataset_revision == row["dataset_revision"]
     assert 100 * stored.scores["test"][0]["main_score"] == pytest.approx(row["main_score"])
+
+
+def test_a_superseded_task_is_scored_as_asked_without_mtebs_warnings(
+    runs, local: LocalData, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The papers report STSBenchmark, which mteb says STSBenchmark.v2 supersedes: mteb's two
+    warnings per evaluation are replaced by one line, and the result names the newer task."""
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+        warnings.simplefilter("always")
+        row = _evaluate(runs[0], local, tmp_path / "cache")["tasks"][STSB]
+    assert row["superseded_by"] == "STSBenchmark.v2"
+    assert not [w for w in caught if "superseded" in str(w.message)]
+    superseded = [r.getMessage() for r in caplog.records if "superseded" in r.getMessage()]
+    assert superseded == []
+    assert any(
+        "newer version STSBenchmark.v2 is not used" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_two_runs_in_one_cache_never_share_a_result(runs, local: LocalData, tmp_path: Path) -> None:

@@ -86,6 +86,19 @@ def test_model_card_names_a_hub_backbone_as_base_model():
     assert "\nbase_model: bert-base-uncased\n" in render_model_card(config, METRICS)
 
 
+def test_model_card_states_the_corpus_and_lines_the_run_trained_on():
+    config = {
+        **CONFIG,
+        "identity": {"corpus": {"corpus": "wiki1m_head_11913", "max_sentences": 3200}},
+        "execution": {**CONFIG["execution"], "corpus_rows": 3200},
+    }
+    card = render_model_card(config, METRICS)
+    assert "training on 3,200 sentences (the first 3,200 lines of wiki1m_head_11913)" in card
+    whole = {**config, "identity": {"corpus": {"corpus": "wiki1m", "max_sentences": None}},
+             "execution": {**CONFIG["execution"], "corpus_rows": 1_000_000}}  # fmt: skip
+    assert "training on 1,000,000 sentences (wiki1m)" in render_model_card(whole, METRICS)
+
+
 def test_model_card_names_objective_scores_environment_and_citation(tiny, tmp_path):
     card = (save(tiny, tmp_path / "best", "mean") / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: sentence-transformers")

@@ -5,7 +5,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 sys.path.insert(0, f"{workflow.basedir}/workflow/rules")
 
-from rule_jobs import RuleJobs
+from rule_jobs import RuleJobs, gpu_job_threads
 
 from stages.core.planning import cpu_guard
 from stages.core.errors import ParamsError
@@ -14,16 +14,26 @@ from stages.core.schema.params import load_params
 try:
     JOBS = RuleJobs(load_params(PARAMS_FILE), PARAMS_FILE)
 except ParamsError as err:
-    raise WorkflowError(str(err)) from None
+    # the one `error:` block and exit status 2 of every stage, not a WorkflowError (exit 1) with
+    # the Snakefile's line
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
 
 # " --params FILE" in the shell lines, as a global rather than a rule param: Snakemake reruns a
 # job whose params changed, and which file holds the params (presets/a.yaml or presets/b.yaml)
 # changes nothing a job computes; its `fingerprint` param covers what does.
 PARAMS_ARG = JOBS.params_arg
 
+# Threads: Snakemake sets a job's OMP/MKL/BLAS thread variables to its rule's `threads`, and the
+# stages take torch's, polars' and the tokenizers' threads from them (stages/__init__.py); it
+# never runs more jobs than --cores together, so jobs do not oversubscribe the machine. A GPU
+# job (train, evaluate) gets its share of the cores, a CPU-heavy one (triplets, figures) all of
+# them, the others one.
+GPU_JOB_THREADS = gpu_job_threads(workflow.cores, workflow.global_resources.get("gpu"))
+
 # (not in a cluster job's own parse; a Snakemake 9 without the property is taken as main)
 if getattr(workflow, "is_main_process", True):
-    for line in JOBS.redo_foreign_outputs():
+    for line in JOBS.redo_foreign_outputs(dry_run=workflow.output_settings.dryrun):
         print(line, file=sys.stderr)
 
 PIPELINE_ENV = "../envs/pipeline.yaml"

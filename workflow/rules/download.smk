@@ -3,6 +3,7 @@ rule download_corpus:
         "data/corpus/{corpus}.txt",
     log:
         "logs/download/{corpus}.log",
+    threads: 1
     conda:
         PIPELINE_ENV
     params:
@@ -16,6 +17,7 @@ rule download_senteval:
         directory("data/senteval"),
     log:
         "logs/download/senteval.log",
+    threads: 1
     conda:
         PIPELINE_ENV
     params:
@@ -29,6 +31,7 @@ rule download_sts_raw:
         directory("data/sts_raw"),
     log:
         "logs/download/sts_raw.log",
+    threads: 1
     conda:
         PIPELINE_ENV
     params:

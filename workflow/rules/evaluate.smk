@@ -14,12 +14,13 @@ rule evaluate:
     conda:
         PIPELINE_ENV
     params:
-        on_gpu=JOBS.on_gpu,
+        gpu_slot=JOBS.gpu_slot,
         fingerprint=JOBS.fingerprint("{evaluation}", wildcard="experiment"),
+    threads: GPU_JOB_THREADS
     resources:
         gpu=1,
         runtime=JOBS.runtime("{evaluation}", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m stages.evaluate {wildcards.evaluation} --experiment"
+        "{params.gpu_slot} python -m stages.evaluate {wildcards.evaluation} --experiment"
         " {wildcards.experiment:q}"
         "{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"

@@ -6,6 +6,7 @@ rule report:
         "reports/metrics.json",
     log:
         "logs/report/report.log",
+    threads: 1
     conda:
         PIPELINE_ENV
     params:
@@ -19,6 +20,7 @@ rule figures:
         directory("reports/analyses"),
     log:
         "logs/figures/figures.log",
+    threads: workflow.cores
     conda:
         PIPELINE_ENV
     params:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,17 +22,12 @@ from stages.core.schema.params import Params
 from stages.core.storage.atomic import read_json_cache, write_json
 from stages.core.storage.layout import CACHE, analyses_dir, report_job_file, report_metrics_file
 
-# Snakemake sets OMP_NUM_THREADS and the BLAS thread variables of every job to the rule's
-# threads (1 under --cores 1). GPU jobs get the caller's own values back: on a CPU-only machine
-# a run then uses every core, as under DVC, and computes the very same floating-point sums.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                    "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
-
-
 # When each output was last found made by another params file's stage (ns since the epoch).
 FOREIGN_OUTPUTS = CACHE / "snakemake_foreign_outputs.json"
 # An old modification time (not 0, which Snakemake reads as none) for such an output.
 BACKDATED = 86_400
+# Where Snakemake keeps its records of the jobs it ran (their params, inputs' checksums).
+SNAKEMAKE_RECORDS = Path(".snakemake") / "metadata"
 # The file whose time Snakemake takes for a folder output's.
 SNAKEMAKE_FOLDER_TIME = ".snakemake_timestamp"
 # Stages with one job whose output records the job's fingerprint: (that record, the output).
@@ -51,13 +46,19 @@ class RuleJobs:
         # " --params FILE" unless the default params.yaml is used (the same for every job)
         self.params_arg = next(iter(self.jobs.values())).params_arg
         self.evaluations_pattern = "|".join(EVALUATIONS)
+        # train jobs of experiments whose run another trains go to rule link_run, the others to
+        # rule train
+        linked = [re.escape(j.key) for j in self.jobs.values() if j.same_run_as and j.key]
+        self.linked_pattern = f"(?:{'|'.join(linked)})" if linked else "(?!)"
+        # (an experiment's name is followed by "/" in every output path)
+        self.trained_pattern = f"(?!{self.linked_pattern}/)[^/]+"
         self.foreign: dict[str, int] = read_json_cache(FOREIGN_OUTPUTS)
 
     def triplets_source(self, wildcards: Any) -> Run:
         """The run whose backbone and method the triplets job of this id is made for."""
         return self.sources[wildcards.triplets_id]
 
-    def redo_foreign_outputs(self) -> list[str]:
+    def redo_foreign_outputs(self, dry_run: bool = False) -> list[str]:
         """Make Snakemake redo every experiment output (train.json, <evaluation>.json) that records
         another run or evaluation than the plan's, and the figures and the report where they record
         another job fingerprint (``stages.core.planning.jobs.stage_fingerprint``), or what cannot be
@@ -70,18 +71,25 @@ class RuleJobs:
         which reruns it where Snakemake has records of the job; where it has none (a workspace
         `dvc repro` built), it reruns for the output's modification time, set back to 1970-01-02.
         A rerun takes the result from the store when stored. For the main Snakemake process only:
-        a cluster job's own parse of the Snakefile would find the output it is redoing."""
+        a cluster job's own parse of the Snakefile would find the output it is redoing.
+
+        A dry run (``snakemake -n``) plans the same jobs but records nothing where Snakemake has
+        records: an output it finds stale for an edit reverted before the next run is then not
+        redone. In a workspace without them its only way to show the job is the output's time,
+        so it sets that back as a run would."""
         found = []
+        has_records = SNAKEMAKE_RECORDS.is_dir()
         for (stage, key), job in self.jobs.items():
             foreign = self._foreign_output(stage, key, job)
             if foreign is not None:
                 path, problem = foreign
                 self.foreign[path.as_posix()] = time.time_ns()
-                for written in (path, path / SNAKEMAKE_FOLDER_TIME):  # a folder's time: its file
-                    if written.exists():
-                        os.utime(written, (BACKDATED, BACKDATED))
-                found.append(f"{path} is redone ({problem})")
-        if found:
+                if not dry_run or not has_records:
+                    for written in (path, path / SNAKEMAKE_FOLDER_TIME):  # a folder: its file
+                        if written.exists():
+                            os.utime(written, (BACKDATED, BACKDATED))
+                found.append(f"{path} {'would be' if dry_run else 'is'} redone ({problem})")
+        if found and not dry_run:
             write_json(FOREIGN_OUTPUTS, self.foreign)
         return found
 
@@ -139,13 +147,14 @@ class RuleJobs:
         )
 
     @staticmethod
-    def on_gpu(wildcards: Any, resources: Any) -> str:
-        """GPU jobs run through stages.commands.gpu_slot (on a machine with several GPUs each job
-        gets devices of its own; under SLURM, or with one GPU, the command runs as is), with the
-        caller's thread settings."""
-        threads = [f"-u {n}" for n in THREAD_VARIABLES if n not in os.environ] + [
-            f"{n}={shlex.quote(os.environ[n])}" for n in THREAD_VARIABLES if n in os.environ
-        ]
-        return (
-            f"env {' '.join(threads)} python -m stages.commands gpu-slot --gpus {resources.gpu} --"
-        )
+    def gpu_slot(wildcards: Any, resources: Any) -> str:
+        """GPU jobs run through ``cse gpu-slot`` (on a machine with several GPUs each job gets
+        devices of its own; under SLURM, or with one GPU, the command runs as is)."""
+        return f"python -m stages.commands gpu-slot --gpus {resources.gpu} --"
+
+
+def gpu_job_threads(cores: int | None, gpus: object) -> int:
+    """A GPU job's share of the cores (``--cores``) when ``--resources gpu=N`` GPU jobs run at
+    once: Snakemake gives it that many threads, and no more jobs than cores run together."""
+    count = int(getattr(gpus, "value", gpus) or 1)
+    return max(1, int(cores or 1) // max(1, count))

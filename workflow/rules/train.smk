@@ -7,13 +7,38 @@ rule train:
         "experiments/{experiment}/dev_evals.csv",
     log:
         "logs/train/{experiment}.log",
+    wildcard_constraints:
+        experiment=JOBS.trained_pattern,
     conda:
         PIPELINE_ENV
     params:
-        on_gpu=JOBS.on_gpu,
+        gpu_slot=JOBS.gpu_slot,
         fingerprint=JOBS.fingerprint("train", wildcard="experiment"),
+    threads: GPU_JOB_THREADS
     resources:
         gpu=1,
         runtime=JOBS.runtime("train", wildcard="experiment"),
     shell:
-        "{params.on_gpu} python -m stages.train {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
+        "{params.gpu_slot} python -m stages.train {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
+
+
+# An experiment whose run another one trains (the same settings under two names): the train
+# stage finds the run stored and writes this experiment's pointer and curves, on no GPU.
+rule link_run:
+    input:
+        JOBS.inputs("train", wildcard="experiment"),
+    output:
+        "experiments/{experiment}/train.json",
+        "experiments/{experiment}/train_steps.csv",
+        "experiments/{experiment}/dev_evals.csv",
+    log:
+        "logs/train/{experiment}.log",
+    wildcard_constraints:
+        experiment=JOBS.linked_pattern,
+    threads: 1
+    conda:
+        PIPELINE_ENV
+    params:
+        fingerprint=JOBS.fingerprint("train", wildcard="experiment"),
+    shell:
+        "python -m stages.train {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"

@@ -269,11 +269,12 @@ def job_limit_minutes(plan: Plan, job: Job, attempt: int = 1) -> int:
     return limit_minutes(estimate.seconds, attempt)
 
 
-@dataclass(frozen=True)
+@dataclass
 class DryRunRow:
     experiment: str
     run_id: str  # "-" for a baseline (evaluated as is, never trained)
     minutes: dict[str, float]  # stage (train, an evaluation) -> estimated minutes
+    same_run_as: str | None = None  # the experiment that trains its run, when not itself
 
 
 def dry_run(plan: Plan, params_file: str = str(DEFAULT_PARAMS)) -> list[DryRunRow]:
@@ -285,10 +286,9 @@ def dry_run(plan: Plan, params_file: str = str(DEFAULT_PARAMS)) -> list[DryRunRo
             continue
         run_id = plan.runs[job.key].run_id if job.key in plan.runs else "-"
         row = rows.setdefault(job.key, DryRunRow(job.key, run_id, {}))
-        trained_before = job.stage == "train" and any(
-            r.run_id == run_id for r in rows.values() if r is not row
-        )  # the same configuration under two names is trained once (runs/<run_id>/)
-        row.minutes[job.stage] = 0.0 if trained_before else estimate.seconds / 60
+        if job.same_run_as:  # the same configuration under two names is trained once
+            row.same_run_as = job.same_run_as
+        row.minutes[job.stage] = 0.0 if job.same_run_as else estimate.seconds / 60
     return list(rows.values())
 
 
@@ -305,8 +305,10 @@ def format_dry_run(plan: Plan, rows: Sequence[DryRunRow]) -> str:
         cells = "".join(
             f"  {r.minutes[s]:8.1f}" if s in r.minutes else f"  {'-':>8}" for s in stages
         )
+        same = f"  (its run is {r.same_run_as}'s)" if r.same_run_as else ""
         lines.append(
             f"{r.experiment.ljust(width)}  {r.run_id:<16}{cells}  {sum(r.minutes.values()):8.1f}"
+            + same
         )
     totals = {s: sum(r.minutes.get(s, 0.0) for r in rows) for s in stages}
     trained = sum(r.run_id != "-" for r in rows)

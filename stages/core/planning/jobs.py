@@ -77,6 +77,10 @@ class Job:
     # The content id of what it computes (run, triplets or evaluation id): it covers data a
     # file time cannot show changed, such as a file inside a folder outside the workspace.
     identity: str | None = None
+    # A train job whose run another experiment trains (the same settings under two names, e.g.
+    # a grid point equal to a hand-written method): it waits for that one's pointer and only
+    # writes its own, on no GPU.
+    same_run_as: str | None = None
 
     @property
     def name(self) -> str:
@@ -174,6 +178,7 @@ def build_jobs(plan: Plan, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
 
     train: list[Job] = []
     curves: list[str] = []
+    trained_by: dict[str, Run] = {}  # run id -> the experiment that trains it
     for name, run in runs.items():
         run_curves = tuple(str(c) for c in run.curve_files)
         curves += run_curves
@@ -183,10 +188,14 @@ def build_jobs(plan: Plan, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
         if run.needs_triplets:
             deps += (str(run.triplets),)
             keys += ("triplets",)
+        first = trained_by.setdefault(run.run_id, run)
+        if first is not run:
+            deps = (str(first.pointer_file),)
         train.append(
             Job("train", name, "stages.train", shlex.quote(name), f, deps=deps, params=keys,
-                metrics=(str(run.pointer_file),), plots=run_curves, gpu=True,
-                code_modules=run.code_modules, identity=run.run_id)
+                metrics=(str(run.pointer_file),), plots=run_curves, gpu=first is run,
+                code_modules=run.code_modules, identity=run.run_id,
+                same_run_as=None if first is run else first.name)
         )  # fmt: skip
     planned = (
         evaluation_job(plan, f, experiment, evaluation)

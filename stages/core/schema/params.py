@@ -653,9 +653,9 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
     """Validate an already-parsed params mapping; raise ParamsError listing every problem."""
     if not isinstance(raw, dict):
         raise ParamsError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
-    moved = moved_keys(raw)
-    if moved:
-        listed = "\n".join(f"  - {line}" for line in moved)
+    early = moved_keys(raw) or swept_method_problems(raw)
+    if early:
+        listed = "\n".join(f"  - {line}" for line in early)
         raise ParamsError(f"{source} is invalid:\n{listed}")
     try:
         params = Params.model_validate(expand_grids(raw))
@@ -666,6 +666,26 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         raise ParamsError(f"{source} is invalid:\n{problems}") from None
     params._written = copy.deepcopy(raw)
     return params
+
+
+def swept_method_problems(raw: dict[str, Any]) -> list[str]:
+    """What is wrong with a method that has a grid, as written: every point replaces the swept
+    keys, so a bad value there would otherwise be dropped without a word."""
+    methods = raw.get("methods")
+    train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+    problems: list[str] = []
+    for name, method in (methods if isinstance(methods, dict) else {}).items():
+        if not isinstance(method, dict) or "grid" not in method:
+            continue
+        written = {k: v for k, v in method.items() if k != "grid"}
+        try:
+            parsed = MethodParams.model_validate(written)
+            TrainParams.model_validate(_merge(train, parsed.train))
+        except ValidationError as err:
+            root = TrainParams if err.title == TrainParams.__name__ else MethodParams
+            prefix = f"methods.{name}" + (".train" if root is TrainParams else "")
+            problems += _describe(err, prefix=prefix, root=root)
+    return problems
 
 
 def moved_keys(raw: dict[str, Any]) -> list[str]:
