@@ -1,6 +1,6 @@
 """Snakemake entry point: `snakemake --cores 1 --resources gpu=1`.
 
-The job graph comes from params.yaml through stages.commands.pipeline (the same one dvc.yaml is
+The job graph comes from params.yaml through stages.core.planning.jobs (the same one dvc.yaml is
 generated from); the rules in workflow/rules/ only map it onto Snakemake. Use another params
 file with `--config params=presets/<name>.yaml`.
 """

@@ -8,10 +8,11 @@ experiment and baseline (what is missing is marked, never an error) and writes r
 a whole (a temporary folder renamed into place): results.parquet and results.csv (one row per
 experiment x task x metric), summary.csv (mean ± std over seeds), significance.csv, comparison.csv
 (the summary: each method against report.baseline_method on STS avg and transfer avg, difference
-with 95% interval and p), report.md and report.html (self-contained: the summary table and forest
-plot first, then the figures, then the detail tables in collapsible <details>: the runs, the tables
-each planned evaluation declares, the papers' tables, significance), figures/*.png; then
-reports/metrics.json, a flat summary for `dvc metrics show`.
+with 95% interval and p, a verdict, the smallest difference the seeds detect and the seeds that
+would detect report.min_effect, collapsed seeds), report.md and report.html (self-contained: the
+summary table and forest plot first, then the figures, then the detail tables in collapsible
+<details>: the runs, the tables each planned evaluation declares, the papers' tables,
+significance), figures/*.png; then reports/metrics.json, a flat summary for `dvc metrics show`.
 docs/report.md explains it all.
 """
 
@@ -50,12 +51,13 @@ ANALYSES = layout.analyses_dir()  # the figures stage's PNGs, embedded when pres
 EMBEDDING_CACHE = layout.embedding_cache_dir()
 
 
-def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) -> list[fig.Plot]:
+def make_plots(
+    collected: Collected, params: Params, reference: pl.DataFrame, root: Path
+) -> list[fig.Plot]:
     angles = {}
+    data_dir = root / params.evaluations.senteval.data_dir
     for experiment, fingerprint in collected.encoders.items():
-        found = stsb_dev_angles(
-            Path(params.evaluations.senteval.data_dir), EMBEDDING_CACHE, fingerprint
-        )
+        found = stsb_dev_angles(data_dir, root / EMBEDDING_CACHE, fingerprint)
         if found is not None:
             angles[experiment] = found
     plots = [
@@ -65,10 +67,8 @@ def make_plots(collected: Collected, params: Params, reference: pl.DataFrame) ->
         fig.batch_angles(collected.curves),
         fig.angle_distributions(angles),
     ]
-    for name, fragment in fig.SWEEPS.items():
-        sweeps = fig.detect_sweeps(collected.planned, fragment)
-        plots.append(fig.sweep_plot(name, sweeps, collected.results, reference))
-    return [p for p in plots if p is not None]
+    shown = [p for p in plots if p is not None]
+    return shown + fig.sweep_plots(collected.planned, collected.results, reference)
 
 
 def evaluation_tables(params: Params, summary: pl.DataFrame, collected: Collected) -> list[Table]:
@@ -107,7 +107,11 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
         collected.results, params.report.baseline_method, params.report.significance_test
     )
     comparison = compare(
-        collected.results, params.report.baseline_method, params.report.significance_test
+        collected.results,
+        params.report.baseline_method,
+        params.report.significance_test,
+        min_effect=params.report.min_effect,
+        majority=collected.majority,
     )
     summary_tables = [comparison_table(comparison, params.report.baseline_method)]
     tables = [
@@ -134,11 +138,11 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
         )
         tests.write_csv(tmp / "significance.csv")
         comparison.write_csv(tmp / "comparison.csv")
-        forest = forest_plot(comparison, params.report.baseline_method)
+        forest = forest_plot(comparison, params.report.baseline_method, params.report.min_effect)
         summary_figures = [(fig.save(forest, tmp / "figures"), forest.caption)] if forest else []
         shown = [
             (fig.save(p, tmp / "figures"), p.caption)
-            for p in make_plots(collected, params, reference)
+            for p in make_plots(collected, params, reference, root)
         ]
         for png in sorted((root / ANALYSES).glob("*.png")):
             shown.append((png, f"Analysis (figures stage): {png.stem}"))

@@ -16,6 +16,7 @@ import yaml
 from stages import figures as stage
 from stages.analyses import gradient_dissipation as p002
 from stages.analyses import gradient_norms as p003
+from stages.analyses import plotting
 from stages.core.schema.params import DEFAULT_PARAMS, FiguresParams
 from stages.objectives import diagnostics
 from stages.objectives.hardest_negative import MET, MPT
@@ -249,6 +250,32 @@ def test_curves_are_autograd_on_the_real_objectives(theta):
     expected_neg = diagnostics.cl_negative_norms(np.array([0.7]), np.array([[1.1]]), 0.05, 64)
     assert grad_pos[0].item() == pytest.approx(expected_pos[0], rel=1e-9)
     assert grad_neg[0].item() == pytest.approx(8 * expected_neg[0, 0], rel=1e-9)  # sqrt(64)
+
+
+def legend_outside_panels(figure) -> list[str]:
+    """The figure's one legend: outside every panel (no line under it), its text at least 13 px
+    at the DPI the PNG is written with; returns its labels."""
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    assert all(ax.get_legend() is None for ax in figure.axes)
+    (legend,) = figure.legends
+    box = legend.get_window_extent(renderer)
+    assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in figure.axes)
+    assert all(t.get_fontsize() * plotting.LINE_DPI / 72 >= 13 for t in legend.get_texts())
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def test_the_line_figures_keep_their_legends_off_the_curves(hardest_share, theta):
+    """The legends of the two line figures sit beside or below the panels, each series once,
+    readable where the report shows the figures (at most 1400 px wide, at their own size)."""
+    share = plotting.share_figure(hardest_share)
+    assert legend_outside_panels(share) == [f"tau = {t:g}" for t in DEFAULTS.weight_temperatures]
+    curves = p003.norm_curves(theta, math.pi / 2, math.pi / 6, DEFAULTS.negative_counts)
+    norms = plotting.norm_figure(curves, {"positive": "a", "negative": "b"})
+    series = curves.filter(source="closed form")["series"].unique(maintain_order=True)
+    assert legend_outside_panels(norms) == series.to_list()
+    for figure in (share, norms):
+        assert figure.get_figwidth() * plotting.LINE_DPI <= 1400
 
 
 # The stage -----------------------------------------------------------------------------------

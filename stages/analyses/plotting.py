@@ -13,8 +13,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
+from matplotlib.artist import Artist
+from matplotlib.figure import Figure
 
 PANEL_SIZE = (3.2, 2.7)
+# The line figures: their legends hold text, drawn at LEGEND_FONT points and LINE_DPI, 13.75 px
+# on the report's page (which shows figures up to 1400 px wide at their own size).
+LINE_DPI = 110
+LEGEND_FONT = 9
 
 
 def _grid(frame: pl.DataFrame, y: str, x: str, column: str) -> np.ndarray:
@@ -72,24 +78,31 @@ def heatmaps(
     plt.close(fig)
 
 
-def share_curves(frame: pl.DataFrame, path: Path) -> None:
-    """Paper 002 Fig. 3: the hardest negative's share against mu_neg, one line per tau."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
+def share_figure(frame: pl.DataFrame) -> Figure:
+    """Paper 002 Fig. 3: the hardest negative's share against mu_neg, one line per tau; the
+    legend beside the panel."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.6), layout="constrained")
     for (tau,), part in frame.group_by("temperature", maintain_order=True):
         ax.plot(part["mu_neg"] / math.pi, part["value"], label=f"tau = {tau:g}")
     ax.set_xlabel("mu_neg / pi")
     ax.set_ylabel("mean share of the hardest negative")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=8)
-    fig.savefig(path, dpi=80)
+    fig.legend(loc="outside right upper", fontsize=LEGEND_FONT, frameon=False)
+    return fig
+
+
+def share_curves(frame: pl.DataFrame, path: Path) -> None:
+    fig = share_figure(frame)
+    fig.savefig(path, dpi=LINE_DPI)
     plt.close(fig)
 
 
-def norm_curves(frame: pl.DataFrame, path: Path, fixed: dict[str, str]) -> None:
-    """Closed-form lines with autograd markers, one panel per part (positive, negative)."""
+def norm_figure(frame: pl.DataFrame, fixed: dict[str, str]) -> Figure:
+    """Closed-form lines with autograd markers, one panel per part (positive, negative), the
+    series (the same in both) in one legend below the panels."""
     parts = frame["part"].unique(maintain_order=True).to_list()
     fig, axes = plt.subplots(
-        1, len(parts), figsize=(5.5 * len(parts), 3.8), squeeze=False, constrained_layout=True
+        1, len(parts), figsize=(5.5 * len(parts), 4.4), squeeze=False, layout="constrained"
     )
     for ax, part in zip(axes.flat, parts, strict=True):
         rows = frame.filter(pl.col("part") == part)
@@ -104,8 +117,24 @@ def norm_curves(frame: pl.DataFrame, path: Path, fixed: dict[str, str]) -> None:
                 )  # fmt: skip
         ax.set_xlabel(("theta_ii'" if part == "positive" else "theta_ij'") + " / pi")
         ax.set_ylabel(f"||grad^{'pos' if part == 'positive' else 'neg_j'}|| * ||h_i||")
-        ax.set_title(f"{part} part, {fixed[part]} (circles: autograd)", fontsize=9)
+        ax.set_title(f"{part} part, {fixed[part]} (circles: autograd)", fontsize=LEGEND_FONT)
         ax.set_ylim(1e-6, None)
-        ax.legend(fontsize=7)
-    fig.savefig(path, dpi=80)
+    series: dict[str, Artist] = {}  # label -> line: each series once, whichever panels draw it
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            series.setdefault(label, handle)
+    fig.legend(
+        list(series.values()),
+        list(series),
+        loc="outside lower center",
+        ncols=min(len(series), 3),
+        fontsize=LEGEND_FONT,
+        frameon=False,
+    )
+    return fig
+
+
+def norm_curves(frame: pl.DataFrame, path: Path, fixed: dict[str, str]) -> None:
+    fig = norm_figure(frame, fixed)
+    fig.savefig(path, dpi=LINE_DPI)
     plt.close(fig)

@@ -21,7 +21,13 @@ from stages.core.schema.params import Params
 from stages.core.storage import layout
 from stages.core.storage.run_folders import origin_label
 from stages.senteval_protocol.cache import EmbeddingCache
-from stages.senteval_protocol.loaders import StsTask, downstream_dir, load_task
+from stages.senteval_protocol.loaders import (
+    DataFormatError,
+    StsTask,
+    TransferTask,
+    downstream_dir,
+    load_task,
+)
 from stages.senteval_protocol.sts import ALIGNMENT_THRESHOLD
 
 RESULT_SCHEMA = {
@@ -61,7 +67,7 @@ class Collected:
     status: pl.DataFrame
     curves: dict[str, dict[str, pl.DataFrame]] = field(default_factory=dict)
     encoders: dict[str, str] = field(default_factory=dict)  # experiment -> encoder fingerprint
-    # SentEval transfer task -> accuracy of always predicting its most frequent class
+    # SentEval transfer task -> accuracy (%) of always predicting its most frequent class
     majority: dict[str, float] = field(default_factory=dict)
 
 
@@ -185,6 +191,38 @@ def is_planned(params: Params, entry: Planned, source: str) -> bool:
     return params.evaluation_settings(source, method).is_enabled()
 
 
+def scored_labels(task: TransferTask) -> np.ndarray:
+    """The labels a transfer task's accuracy is computed over (``stages.senteval_protocol
+    .transfer``): every sample of a cross-validated task (MR, CR, SUBJ, MPQA), the test split of
+    the others (SST2, TREC, MRPC)."""
+    return task.splits["all" if "all" in task.splits else "test"].labels
+
+
+def majority_rate(labels: np.ndarray) -> float:
+    """Accuracy (%) of always predicting the most frequent of ``labels``, to SentEval's two
+    decimals, so that a classifier that learned nothing scores exactly this."""
+    counts = np.bincount(labels)
+    return round(100 * float(counts.max()) / float(counts.sum()), 2)
+
+
+def majority_rates(data_dir: Path, tasks: list[str]) -> dict[str, float]:
+    """The majority-class rate of each transfer task among ``tasks`` whose data is under the
+    SentEval root ``data_dir``; the tasks it cannot read are left out."""
+    try:
+        downstream = downstream_dir(data_dir)
+    except DataFormatError:
+        return {}
+    rates = {}
+    for name in tasks:
+        try:
+            task = load_task(downstream, name)
+        except (OSError, ValueError):  # DataFormatError is a ValueError
+            continue
+        if isinstance(task, TransferTask):
+            rates[name] = majority_rate(scored_labels(task))
+    return rates
+
+
 def collect(params: Params, root: Path = Path(".")) -> Collected:
     """Everything finished under ``root`` for the planned experiments of ``params``."""
     plan = plan_experiments(params)
@@ -243,6 +281,11 @@ def collect(params: Params, root: Path = Path(".")) -> Collected:
         status.append(state)
     collected.results = pl.DataFrame(rows, schema=RESULT_SCHEMA)
     collected.status = pl.DataFrame(status, infer_schema_length=None)
+    # From the data the report's params name; the rate an evaluation recorded (majority_acc)
+    # stands in where that data is not on this machine.
+    scored = collected.results.filter(pl.col("metric") == "accuracy")["task"].unique().sort()
+    data_dir = root / params.evaluations.senteval.data_dir
+    collected.majority |= majority_rates(data_dir, scored.to_list())
     return collected
 
 

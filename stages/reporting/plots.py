@@ -6,17 +6,23 @@
 - gradient-norm curves: per-anchor InfoNCE gradient norms w.r.t. the positive and the
   negatives on each training batch (paper 003 eq. 6) and the total pre-clip norm;
 - batch angles over training (SimACE Figs. 4, 7) and angle distributions of positives and
-  negatives (SimACE Figs. 5, 8) from the final model's STS-B dev embeddings;
-- sweeps: STS avg. against a hyper-parameter for runs whose resolved settings differ only in
-  it (the temperature sweep: objective.tau; the margin ablation: the objective's margin),
-  published values overlaid.
+  negatives (SimACE Figs. 5, 8) from the final model's STS-B dev embeddings, one panel per
+  method;
+- sweeps: STS avg. against each swept setting, one figure per setting, for the methods whose
+  resolved settings differ only in it (a grid, ``stages/core/schema/sweeps.py``, or methods
+  written out by hand), the method's published values overlaid where the paper has them.
+
+Every legend sits outside the panels, below or beside them, in ``styles.FONT_SIZE``; figures
+are at most the page's width, so the page shows them at their own size.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -25,13 +31,27 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
+from stages.core.schema.sweeps import SECTIONS
 from stages.reporting.collect import Planned
-from stages.reporting.styles import RunStyles
+from stages.reporting.order import sorted_names
+from stages.reporting.styles import DPI, FIGURE_WIDTH, FONT_SIZE, SEED_COLOUR, RunStyles, parse
 from stages.reporting.tables import sweep_values
 
-SWEEPS = {"temperature_sweep": "tau", "margin_ablation": "margin"}
+# The sweeps the papers print, under the names their figures had; any other setting's sweep is
+# drawn as sweep_<setting>.
+SWEEP_FIGURES = {"objective.tau": "temperature_sweep", "objective.margin_deg": "margin_ablation"}
+LEGEND_COLUMNS = 6
+ANGLE_BINS = 60
+ANGLE_COLUMNS = 4
+# Panels whose typical angles (99th percentile) differ by more than this factor get their own
+# angle axis.
+ANGLE_SCALE_GAP = 10
+# Positives and negatives in the angle histograms: matplotlib's first two default colours.
+PAIR_COLOURS = {"positive": "tab:blue", "negative": "tab:orange"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +64,24 @@ class Plot:
 def _smooth(values: np.ndarray) -> np.ndarray:
     window = max(1, len(values) // 50)
     return np.convolve(values, np.ones(window) / window, mode="valid") if window > 1 else values
+
+
+def _legend_rows(entries: int, columns: int = LEGEND_COLUMNS) -> int:
+    return math.ceil(entries / min(entries, columns)) if entries else 0
+
+
+def _legend(fig: Figure, handles: list[Artist], where: str = "lower center") -> None:
+    """One legend for the whole figure, outside every panel (constrained layout makes room)."""
+    if not handles:
+        return
+    columns = 1 if where.startswith("right") else min(len(handles), LEGEND_COLUMNS)
+    fig.legend(
+        handles=handles,
+        loc=f"outside {where}",
+        ncols=columns,
+        fontsize=FONT_SIZE,
+        frameon=False,
+    )
 
 
 def _curve_axes(
@@ -59,8 +97,12 @@ def _curve_axes(
     ]
     if not shown:
         return None
-    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.6), squeeze=False)
     styles = RunStyles(curves)
+    handles = styles.legend()
+    height = 3.2 + 0.3 * _legend_rows(len(handles))
+    fig, axes = plt.subplots(
+        1, len(shown), figsize=(FIGURE_WIDTH, height), squeeze=False, layout="constrained"
+    )
     for ax, (kind, column, label) in zip(axes[0], shown, strict=True):
         for experiment, frames in curves.items():
             frame = frames.get(kind)
@@ -83,9 +125,8 @@ def _curve_axes(
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    _legend(fig, handles)
     fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
@@ -102,7 +143,8 @@ def training_curves(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | None:
     return fig and Plot(
         "training_curves",
         "Loss (moving average over 2% of the steps), "
-        "temperature and STS-B dev Spearman against the step.",
+        "temperature and STS-B dev Spearman against the step; colour: method, line style: "
+        "seed (legend below the panels).",
         fig,
     )
 
@@ -121,7 +163,8 @@ def gradient_norms(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | None:
         "gradient_norms",
         "Per-anchor InfoNCE gradient norms w.r.t. the positive "
         "and the negatives (paper 003 eq. 6; batch mean, at the step's tau or 0.05) "
-        "and the model's total gradient norm, per training step.",
+        "and the model's total gradient norm, per training step (moving average over 2% of "
+        "the steps); colour: method, line style: seed.",
         fig,
     )
 
@@ -138,7 +181,8 @@ def batch_angles(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | None:
     return fig and Plot(
         "batch_angles",
         "Mean anchor-positive and anchor-negative angle of each "
-        "training batch (SimACE Figs. 4, 7).",
+        "training batch (SimACE Figs. 4, 7; moving average over 2% of the steps); colour: "
+        "method, line style: seed.",
         fig,
     )
 
@@ -151,56 +195,150 @@ def alignment_uniformity(curves: dict[str, dict[str, pl.DataFrame]]) -> Plot | N
     }
     if not runs:
         return None
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
     styles = RunStyles(runs)
+    fig, ax = plt.subplots(figsize=(0.7 * FIGURE_WIDTH, 5.0), layout="constrained")
     for experiment, dev in runs.items():
         x, y = dev["uniformity"].to_numpy(), dev["alignment"].to_numpy()
         style = styles(experiment)
         marker = style.pop("marker", None) or "o"
         (line,) = ax.plot(x, y, marker=marker, markersize=3, label=experiment, **style)
-        ax.annotate(
-            "",
-            xy=(x[-1], y[-1]),
-            xytext=(x[0], y[0]),
-            arrowprops={"arrowstyle": "->", "color": line.get_color(), "alpha": 0.4},
-        )
+        # where the trajectory starts (an open marker) and where it ends (an arrowhead)
+        ax.plot(x[:1], y[:1], marker=marker, markersize=7, markerfacecolor="white",
+                color=line.get_color(), linestyle="")  # fmt: skip
+        if len(x) > 1:
+            ax.annotate(
+                "",
+                xy=(x[-1], y[-1]),
+                xytext=(x[-2], y[-2]),
+                arrowprops={
+                    "arrowstyle": "-|>",
+                    "color": line.get_color(),
+                    "mutation_scale": 16,
+                    "shrinkA": 0,
+                    "shrinkB": 0,  # the head's tip on the last evaluation
+                },
+            )
     ax.set_xlabel("uniformity (STS-B dev)")
     ax.set_ylabel("alignment (STS-B dev)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ends = [
+        Line2D([], [], color=SEED_COLOUR, marker="o", markerfacecolor="white", linestyle="",
+               label="first evaluation"),
+        Line2D([], [], color=SEED_COLOUR, marker=">", linestyle="", label="last evaluation"),
+    ]  # fmt: skip
+    _legend(fig, [*styles.legend(), *ends], where="right upper")
     return Plot(
         "alignment_uniformity",
         "Alignment against uniformity on STS-B dev at every "
-        "dev evaluation (cool-down paper Figs. 2-3; lower is better on both axes; the "
-        "arrow goes from the first to the last evaluation).",
+        "dev evaluation (cool-down paper Figs. 2-3; lower is better on both axes): each run's "
+        "line starts at an open marker (its first evaluation) and ends in an arrowhead (its "
+        "last); colour: method, line style: seed.",
         fig,
     )
+
+
+def _angle_panels(experiments: Iterable[str]) -> dict[str, list[str]]:
+    """Panel title -> its experiments: one panel per method (and backbone, where there are
+    several), its seeds together; an experiment of another name (a baseline) alone."""
+    names = list(experiments)
+    backbones = {p[1] for p in map(parse, names) if p is not None}
+    panels: dict[str, list[str]] = {}
+    for name in names:
+        parsed = parse(name)
+        if parsed is None:
+            title = name
+        else:
+            title = parsed[0] if len(backbones) == 1 else f"{parsed[0]} · {parsed[1]}"
+        panels.setdefault(title, []).append(name)
+    return {title: panels[title] for title in sorted_names(panels)}
+
+
+def angle_bins(samples: Iterable[np.ndarray], bins: int = ANGLE_BINS) -> np.ndarray:
+    """``bins`` bin edges over the range of the angles (within [0, 180])."""
+    pooled = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in samples])
+    low, high = float(pooled.min()), float(pooled.max())
+    pad = 0.02 * (high - low) or 0.5
+    return np.linspace(max(0.0, low - pad), min(180.0, high + pad), bins + 1)
+
+
+def angle_scales(panels: dict[str, list[np.ndarray]]) -> list[list[str]]:
+    """Panels grouped by the scale of their angles, smallest first: a panel joins the group of
+    the smallest typical angle (99th percentile) within ``ANGLE_SCALE_GAP`` times it. One group
+    where the methods are alike; a collapsed encoder's angles (below one degree) and a trained
+    one's (tens of degrees) in two, since one axis for both would put the former in one bin."""
+    typical = {t: float(np.percentile(np.concatenate(s), 99)) for t, s in panels.items()}
+    groups: list[list[str]] = []
+    anchor = 0.0
+    for title in sorted(typical, key=lambda t: typical[t]):
+        if not groups or typical[title] > ANGLE_SCALE_GAP * anchor:
+            groups.append([])
+            anchor = typical[title]
+        groups[-1].append(title)
+    return groups
 
 
 def angle_distributions(angles: dict[str, dict[str, np.ndarray]]) -> Plot | None:
     if not angles:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=False)
-    bins = np.linspace(0, 180, 91)
+    panels = _angle_panels(angles)
     styles = RunStyles(angles)
-    for experiment, samples in angles.items():
-        style = {k: v for k, v in styles(experiment).items() if k != "marker"}
-        for ax, kind in zip(axes, ("positive", "negative"), strict=True):
-            ax.hist(
-                samples[kind], bins=bins, density=True, histtype="step", label=experiment, **style
-            )
-    for ax, kind in zip(axes, ("positive pairs (gold > 4)", "negative pairs"), strict=True):
-        ax.set_xlabel("angle (degrees)")
-        ax.set_title(kind)
-    axes[0].set_ylabel("density")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    samples = {t: [angles[e][k] for e in runs for k in PAIR_COLOURS] for t, runs in panels.items()}
+    scales = angle_scales(samples)
+    edges = {t: angle_bins(s for u in group for s in samples[u]) for group in scales for t in group}
+    columns = min(ANGLE_COLUMNS, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(FIGURE_WIDTH * columns / ANGLE_COLUMNS, 0.6 + 2.5 * rows),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    drawn = dict(zip(panels, axes.flat, strict=False))
+    for title, ax in drawn.items():
+        for experiment in panels[title]:
+            dash = styles(experiment)["linestyle"]
+            for kind, colour in PAIR_COLOURS.items():
+                values = angles[experiment][kind]
+                ax.hist(values, bins=edges[title], weights=np.full(len(values), 1 / len(values)),
+                        histtype="step", color=colour, linestyle=dash, linewidth=1.3)  # fmt: skip
+        medians = [
+            float(np.median(np.concatenate([angles[e][kind] for e in panels[title]])))
+            for kind in PAIR_COLOURS
+        ]
+        ax.set_title(f"{title}\nmedian {medians[0]:.3g}° / {medians[1]:.3g}°", fontsize=FONT_SIZE)
+        ax.set_xlim(edges[title][0], edges[title][-1])
+        ax.grid(alpha=0.3)
+    for group in scales:  # one angle axis per scale
+        for title in group[1:]:
+            drawn[title].sharex(drawn[group[0]])
+    for i, ax in enumerate(axes.flat):
+        if i >= len(panels):
+            ax.set_visible(False)
+        elif i + columns >= len(panels):  # the lowest panel of its column
+            ax.set_xlabel("angle (degrees)")
+    fig.supylabel("share of pairs per bin")
+    handles: list[Artist] = [
+        Line2D([], [], color=PAIR_COLOURS["positive"], label="positive pairs (gold > 4)"),
+        Line2D([], [], color=PAIR_COLOURS["negative"], label="negative pairs"),
+    ]
+    if len(styles.dash) > 1:
+        handles += [h for h in styles.legend() if h.get_label().startswith("seed ")]
+    _legend(fig, handles)
+    if len(scales) > 1:
+        axis = (
+            "the y axis shared; the angle axis shared by the panels of one scale, fitted to "
+            f"their angles: {len(scales)} scales, orders of magnitude apart, so read the ticks"
+        )
+    else:
+        axis = "shared axes, fitted to the angles"
     return Plot(
         "angle_distributions",
-        "Angles between the final model's embeddings of STS-B "
-        "dev pairs: positives (gold > 4) and negatives (each first sentence with every "
-        "other pair's second; SimACE Figs. 5, 8).",
+        "Angles between the final model's embeddings of STS-B dev pairs, one panel per method "
+        f"({axis}; {ANGLE_BINS} bins, the share of each run's pairs in each; the panel title "
+        "gives the median positive / negative angle): positives (gold > 4) and negatives (each "
+        "first sentence with every other pair's second; SimACE Figs. 5, 8); line style: seed.",
         fig,
     )
 
@@ -211,41 +349,76 @@ class Sweep:
     backbone: str
     points: dict[float, list[str]]  # swept value -> methods
     method_keys: frozenset[str]  # the published rows the methods stand for
+    fixed: tuple[tuple[str, str], ...]  # the other settings, (key, repr(value)), shared
 
 
-def detect_sweeps(planned: Iterable[Planned], fragment: str) -> list[Sweep]:
-    """Groups of methods whose resolved settings differ only in one objective setting whose
-    name contains ``fragment`` (tau, margin), with at least two values, per backbone."""
+def _sweepable(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def detect_sweeps(planned: Iterable[Planned]) -> list[Sweep]:
+    """Groups of methods whose resolved settings differ only in one numeric setting (any
+    objective, temperature or train key), with at least two values, per backbone; sorted by
+    setting, backbone and methods."""
     runs = [p for p in planned if p.kind == "run"]
     methods = {(p.method, p.backbone): p.settings for p in runs}
     key_of = {p.method: p.method_key for p in runs}
     groups: dict[tuple, dict[float, list[str]]] = {}
     for (method, backbone), settings in methods.items():
         for key, value in settings.items():
-            last = key.rsplit(".", 1)[-1]
-            if not key.startswith("objective.") or fragment not in last:
-                continue
-            if not isinstance(value, int | float) or isinstance(value, bool):
+            if key.split(".", 1)[0] not in SECTIONS or not _sweepable(value):
                 continue
             rest = tuple(sorted((k, repr(v)) for k, v in settings.items() if k != key))
             groups.setdefault((key, backbone, rest), {}).setdefault(float(value), []).append(method)
-    return [
-        Sweep(key, backbone, points, frozenset(key_of[m] for ms in points.values() for m in ms))
-        for (key, backbone, _), points in groups.items()
+    sweeps = [
+        Sweep(
+            key,
+            backbone,
+            dict(sorted(points.items())),
+            frozenset(key_of[m] for ms in points.values() for m in ms),
+            rest,
+        )
+        for (key, backbone, rest), points in groups.items()
         if len(points) >= 2
     ]
+    return sorted(sweeps, key=lambda s: (s.parameter, s.backbone, sorted(s.method_keys)))
 
 
-def sweep_plot(
-    name: str, sweeps: list[Sweep], results: pl.DataFrame, published: pl.DataFrame
-) -> Plot | None:
+def sweep_name(parameter: str) -> str:
+    """The figure's file stem for a swept setting."""
+    return SWEEP_FIGURES.get(parameter, "sweep_" + parameter.replace(".", "_"))
+
+
+def _line_labels(sweeps: list[Sweep]) -> list[str]:
+    """'ours: simcse, bert-base', plus the settings that tell apart sweeps of the same methods
+    and backbone (a grid over two keys: one line per value of the other)."""
+    labels = []
+    for sweep in sweeps:
+        label = f"ours: {', '.join(sorted(sweep.method_keys))}, {sweep.backbone}"
+        twins = [
+            s for s in sweeps if (s.method_keys, s.backbone) == (sweep.method_keys, sweep.backbone)
+        ]
+        if len(twins) > 1:
+            fixed = dict(sweep.fixed)
+            differ = [k for k in fixed if len({dict(t.fixed).get(k) for t in twins}) > 1]
+            label += " (" + ", ".join(f"{k.rsplit('.', 1)[-1]}={fixed[k]}" for k in differ) + ")"
+        labels.append(label)
+    return labels
+
+
+def sweep_plot(sweeps: list[Sweep], results: pl.DataFrame, published: pl.DataFrame) -> Plot | None:
+    """STS avg. against one swept setting: every sweep of it (on any backbone, of any
+    methods), each with its methods' published points where the paper has them."""
     if not sweeps:
         return None
-    fig, ax = plt.subplots(figsize=(6, 4))
+    (parameter,) = {s.parameter for s in sweeps}
+    swept = parameter.rsplit(".", 1)[-1]  # the name a published sweep point uses
+    fig, ax = plt.subplots(figsize=(0.7 * FIGURE_WIDTH, 4.2), layout="constrained")
     sts = results.filter(pl.col("task") == "STS_avg", pl.col("metric") == "spearman")
-    for sweep in sweeps:
+    drew_published = False
+    for sweep, label in zip(sweeps, _line_labels(sweeps), strict=True):
         xs, means, stds = [], [], []
-        for value, methods in sorted(sweep.points.items()):
+        for value, methods in sweep.points.items():
             values = sts.filter(
                 pl.col("method").is_in(methods), pl.col("backbone") == sweep.backbone
             )["value"]
@@ -253,12 +426,10 @@ def sweep_plot(
                 xs.append(value)
                 means.append(values.mean())
                 stds.append(values.std(ddof=1) if values.len() > 1 else 0.0)
-        label = f"ours, {sweep.backbone} ({sweep.parameter})"
         if xs:
             ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=label)
         else:
             ax.plot([], [], marker="o", label=f"{label}: no finished run")
-        swept = sweep.parameter.rsplit(".", 1)[-1]
         rows = published.filter(  # the same method's published sweep, no other's
             pl.col("method_key").is_in(sweep.method_keys),
             pl.col("backbone") == sweep.backbone,
@@ -274,23 +445,35 @@ def sweep_plot(
                 points.setdefault(f"{r['paper']} {r['table']}: {r['method']}", []).append(
                     (at, r["value"])
                 )
-        for label, xy in points.items():
+        for source, xy in points.items():
             px, py = zip(*sorted(xy), strict=True)
-            ax.plot(px, py, linestyle="--", marker="x", label=f"published, {label}")
-    ax.set_xlabel(SWEEPS[name])
+            ax.plot(px, py, linestyle="--", marker="x", label=f"published, {source}")
+            drew_published = True
+    ax.set_xlabel(parameter)
     ax.set_ylabel("STS avg. Spearman x100")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    _legend(fig, ax.get_legend_handles_labels()[0])
     caption = (
-        f"STS avg. against the swept {SWEEPS[name]} (ours: mean ± std over seeds; "
-        "published values dashed)."
+        f"STS avg. against {parameter}, the only setting in which the methods of a line differ "
+        "(ours: the mean over seeds, bars ± std where two or more seeds finished"
     )
-    return Plot(name, caption, fig)
+    caption += "; published: dashed lines, x markers)." if drew_published else ")."
+    return Plot(sweep_name(parameter), caption, fig)
+
+
+def sweep_plots(
+    planned: Iterable[Planned], results: pl.DataFrame, published: pl.DataFrame
+) -> list[Plot]:
+    """One figure per swept setting of the plan."""
+    by_parameter: dict[str, list[Sweep]] = {}
+    for sweep in detect_sweeps(planned):
+        by_parameter.setdefault(sweep.parameter, []).append(sweep)
+    plots = (sweep_plot(sweeps, results, published) for sweeps in by_parameter.values())
+    return [p for p in plots if p is not None]
 
 
 def save(plot: Plot, folder: Path) -> Path:
     path = folder / f"{plot.name}.png"
-    plot.figure.savefig(path, dpi=110)
+    plot.figure.savefig(path, dpi=DPI)
     plt.close(plot.figure)
     return path

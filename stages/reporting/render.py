@@ -7,6 +7,7 @@ import base64
 import html
 from pathlib import Path
 
+from stages.reporting.styles import PAGE_WIDTH_PX
 from stages.reporting.tables import Table
 
 
@@ -58,10 +59,11 @@ def html_table(table: Table) -> str:
 
 
 STYLE = (
-    "body{font-family:sans-serif;margin:2em;max-width:1400px}"
+    f"body{{font-family:sans-serif;margin:2em;max-width:{PAGE_WIDTH_PX}px}}"
     "table{border-collapse:collapse;font-size:12px;margin-bottom:1em}"
     "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
     "td:first-child,th:first-child{text-align:left}img{max-width:100%}"
+    "figure{margin:1em 0}"  # the browser's 40 px indent would shrink a page-wide figure
     "details{margin:.4em 0}summary{cursor:pointer;font-weight:bold}"
 )
 

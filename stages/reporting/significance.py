@@ -22,6 +22,7 @@ import polars as pl
 from scipy import stats
 
 from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.reporting.order import sort_by_method
 
 Test = Literal["paired_t", "wilcoxon"]
 SCHEMA = {
@@ -97,7 +98,7 @@ def significance(
         adjusted = stats.false_discovery_control([rows[i]["p_value"] for i in family])
         for i, p_fdr in zip(family, adjusted, strict=True):
             rows[i]["p_fdr"] = float(p_fdr)
-    return pl.DataFrame(rows, schema=SCHEMA).sort("method", "backbone", "task", "metric")
+    return sort_by_method(pl.DataFrame(rows, schema=SCHEMA), "backbone", "task", "metric")
 
 
 def _families(rows: list[dict]) -> list[list[int]]:

@@ -1,9 +1,14 @@
 """Distinct line styles for many runs: one colour per method, one line style per seed, one
 marker per backbone, so a figure with more than ten runs still tells every line apart (a
-matplotlib default cycle repeats its ten colours).
+matplotlib default cycle repeats its ten colours); the legend names the methods, the seeds and
+the backbones once each, not every run.
 
 Experiments are named ``method.backbone.s<seed>`` (``stages.experiments.experiment_name``);
 anything else (a baseline) is drawn grey.
+
+Sizes: the report's page is ``PAGE_WIDTH_PX`` wide (``render.py``); a figure at most that wide
+at ``DPI`` is shown at its own size, so its ``FONT_SIZE`` text stays ``FONT_SIZE * DPI / 72``
+pixels (13.75 px) on screen.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import matplotlib as mpl
+from matplotlib.lines import Line2D
+
+from stages.reporting.order import name_key
 
 DASHES: list[Any] = [
     "-",
@@ -28,7 +36,13 @@ DASHES: list[Any] = [
 ]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 BASELINE_COLOUR = "0.45"
-_NAME = re.compile(r"^(?P<method>[^.]+)\.(?P<backbone>.+)\.s(?P<seed>-?\d+)$")
+SEED_COLOUR = "0.3"  # the seeds' legend entries: a line style, no method's colour
+PAGE_WIDTH_PX = 1400
+DPI = 110
+FIGURE_WIDTH = PAGE_WIDTH_PX / DPI  # inches
+FONT_SIZE = 9  # points: legends and panel titles
+# A method's name may end in its grid point, whose values hold dots: arccon[margin_deg=0.5].
+_NAME = re.compile(r"^(?P<method>[^.\[]+(?:\[[^\]]*\])?)\.(?P<backbone>.+)\.s(?P<seed>-?\d+)$")
 
 
 def parse(experiment: str) -> tuple[str, str, int] | None:
@@ -57,13 +71,15 @@ class RunStyles:
     """``styles(experiment)`` -> matplotlib kwargs (color, linestyle, marker)."""
 
     def __init__(self, experiments: Iterable[str]) -> None:
-        parsed = [p for p in map(parse, experiments) if p is not None]
-        methods = sorted({p[0] for p in parsed})
+        names = list(dict.fromkeys(experiments))
+        parsed = [p for p in map(parse, names) if p is not None]
+        methods = sorted({p[0] for p in parsed}, key=name_key)
         seeds = sorted({p[2] for p in parsed})
         backbones = sorted({p[1] for p in parsed})
         self.colour = dict(zip(methods, _colours(len(methods)), strict=True))
         self.dash = {seed: _dash(i) for i, seed in enumerate(seeds)}
         self.marker = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(backbones)}
+        self.others = [e for e in names if parse(e) is None]
 
     def __call__(self, experiment: str) -> dict[str, Any]:
         parsed = parse(experiment)
@@ -75,3 +91,22 @@ class RunStyles:
             "linestyle": self.dash[seed],
             "marker": self.marker[backbone] if len(self.marker) > 1 else None,
         }
+
+    def legend(self) -> list[Line2D]:
+        """One entry per method (its colour), per seed (its line style) where there are
+        several, per backbone (its marker) where there are several, and per other line."""
+        handles = [
+            Line2D([], [], color=colour, label=method) for method, colour in self.colour.items()
+        ]
+        if len(self.dash) > 1:
+            handles += [
+                Line2D([], [], color=SEED_COLOUR, linestyle=dash, label=f"seed {seed}")
+                for seed, dash in self.dash.items()
+            ]
+        if len(self.marker) > 1:
+            handles += [
+                Line2D([], [], color=SEED_COLOUR, marker=marker, linestyle="", label=backbone)
+                for backbone, marker in self.marker.items()
+            ]
+        handles += [Line2D([], [], **self(other), label=other) for other in self.others]
+        return handles

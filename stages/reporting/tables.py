@@ -25,6 +25,7 @@ import polars as pl
 from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS, SENTEVAL_TRANSFER_TASKS
 from stages.core.schema.mteb_task_sets import SIMACE56, TASK_SETS
 from stages.reporting.collect import Planned
+from stages.reporting.order import sort_by_method
 
 STD_DDOF = 1
 KEY = ("method", "backbone", "task", "metric")
@@ -41,7 +42,8 @@ OUR_METRIC = {("STSBenchmark_dev", "spearman"): "best_spearman"}  # the best che
 # published.csv flags that make a number no target (docs/published.md).
 NOT_A_TARGET = ("suspect-", "impossible-value", "derived", "row-average-mismatch")
 FLAGGED = "†"
-# A seed's accuracy this close to the majority-class rate (or below it) is marked as at chance.
+# A seed's accuracy this close to the majority-class rate (or below it) is marked as at chance:
+# the classifier learned nothing from the encoder's embeddings (a collapsed encoder).
 CHANCE_POINTS = 0.5
 AT_CHANCE = "‡"
 
@@ -49,16 +51,32 @@ AT_CHANCE = "‡"
 def seed_summary(results: pl.DataFrame) -> pl.DataFrame:
     """Mean, std (ddof 1), lowest value, number of seeds and the seeds, per method x backbone x
     task x metric."""
-    return (
-        results.group_by(*KEY, maintain_order=True)
-        .agg(
-            pl.col("value").mean().alias("mean"),
-            pl.col("value").std(ddof=STD_DDOF).alias("std"),
-            pl.col("value").min().alias("min"),
-            pl.len().alias("n_seeds"),
-            pl.col("seed").sort().alias("seeds"),
-        )
-        .sort(*KEY)
+    summary = results.group_by(*KEY, maintain_order=True).agg(
+        pl.col("value").mean().alias("mean"),
+        pl.col("value").std(ddof=STD_DDOF).alias("std"),
+        pl.col("value").min().alias("min"),
+        pl.len().alias("n_seeds"),
+        pl.col("seed").sort().alias("seeds"),
+    )
+    return sort_by_method(summary, *KEY[1:])
+
+
+def at_chance(accuracy: float, majority: float) -> bool:
+    """Whether an accuracy is the majority-class rate's (within ``CHANCE_POINTS``) or below."""
+    return accuracy <= majority + CHANCE_POINTS
+
+
+def chance_scores(results: pl.DataFrame, majority: dict[str, float]) -> pl.DataFrame:
+    """The transfer scores at their task's majority-class rate (``at_chance``): one row per
+    experiment x task, with its method, backbone, seed, value and the task's rate."""
+    scores = results.filter(
+        pl.col("metric") == "accuracy", pl.col("task").is_in(list(majority))
+    ).with_columns(
+        pl.col("task").replace_strict(majority, return_dtype=pl.Float64).alias("majority")
+    )
+    chance = [at_chance(value, rate) for value, rate in scores.select("value", "majority").rows()]
+    return scores.filter(pl.Series(chance, dtype=pl.Boolean)).select(
+        "experiment", "method", "backbone", "seed", "task", "value", "majority"
     )
 
 
@@ -292,15 +310,17 @@ def results_table(
                 row.append(MISSING)
                 continue
             cell = fmt(r["mean"]) + ("" if r["std"] is None else f" ± {fmt(r['std'])}")
-            if task in chance and r["min"] <= chance[task] + CHANCE_POINTS:
+            if task in chance and at_chance(r["min"], chance[task]):
                 cell, flagged = cell + AT_CHANCE, True
             row.append(cell)
         rows.append(row)
     note = f"mean ± std over seeds (ddof={STD_DDOF})"
     if flagged:
+        rates = ", ".join(f"{task} {chance[task]:.2f}" for task in tasks if task in chance)
         note += (
             f"; {AT_CHANCE} a seed within {CHANCE_POINTS} points of always predicting the task's "
-            "most frequent class (or below): the classifier learned nothing from its embeddings"
+            f"most frequent class (or below; the majority-class rates: {rates}): the classifier "
+            "learned nothing from its embeddings"
         )
     return Table(title, note, ["method", "backbone", "seeds", *tasks], rows)
 

@@ -4,6 +4,8 @@ stay distinguishable beyond ten, the detail tables folded; and the page in a rea
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 import subprocess
@@ -13,6 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 from matplotlib.colors import to_hex
+from matplotlib.image import imread
 from scipy import stats
 from test_report import built, params, project  # noqa: F401  (the report fixtures)
 
@@ -50,7 +53,7 @@ def results(*parts: list[dict]) -> pl.DataFrame:
 
 def test_difference_interval_and_p_follow_the_paired_seeds() -> None:
     frame = results(rows("simcse", "bert", SIMCSE), rows("simace", "bert", SIMACE))
-    (row,) = compare(frame, "simcse").iter_rows(named=True)
+    (row,) = compare(frame, "simcse", min_effect=0.5).iter_rows(named=True)
     diffs = [SIMACE[s] - SIMCSE[s] for s in SIMCSE]
     low, high = stats.t.interval(0.95, len(diffs) - 1, np.mean(diffs), stats.sem(diffs))
     assert row["diff"] == pytest.approx(np.mean(diffs))
@@ -61,9 +64,9 @@ def test_difference_interval_and_p_follow_the_paired_seeds() -> None:
     assert row["mean"] == pytest.approx(np.mean(list(SIMACE.values())))
     assert row["std"] == pytest.approx(np.std(list(SIMACE.values()), ddof=1))
     assert (row["n_seeds"], row["baseline_n_seeds"], row["n_pairs"]) == (4, 4, 4)
-    table = comparison_table(compare(frame, "simcse"), "simcse")
-    assert table.rows[0][:3] == ["bert", "simace", "STS avg"]
-    assert table.rows[0][5].startswith(f"{np.mean(diffs):.2f} [{low:.2f}, {high:.2f}]")
+    table = comparison_table(compare(frame, "simcse", min_effect=0.5), "simcse")
+    assert table.rows[0][:4] == ["bert", "simace", "STS avg", "better"]
+    assert table.rows[0][4].startswith(f"{np.mean(diffs):.2f} [{low:.2f}, {high:.2f}]")
 
 
 def test_one_common_seed_gives_the_difference_without_interval_or_p() -> None:
@@ -73,10 +76,11 @@ def test_one_common_seed_gives_the_difference_without_interval_or_p() -> None:
         rows("simace", "roberta", {1: 70.0}),  # no baseline on this backbone: no row
         rows("simace", "bert", {1: 85.0}, task="TR_avg", metric="accuracy"),  # nor here
     )
-    (row,) = compare(frame, "simcse").iter_rows(named=True)
+    (row,) = compare(frame, "simcse", min_effect=0.5).iter_rows(named=True)
     assert (row["diff"], row["n_pairs"]) == (pytest.approx(2.0), 1)  # over the common seed
     assert row["ci_low"] is None and row["p_value"] is None
-    assert compare(frame, None).is_empty()
+    assert row["verdict"] == "too few seeds" and row["detectable"] is None
+    assert compare(frame, None, min_effect=0.5).is_empty()
 
 
 def test_forest_plot_has_one_interval_per_method_and_measure() -> None:
@@ -87,13 +91,16 @@ def test_forest_plot_has_one_interval_per_method_and_measure() -> None:
         rows("simcse", "bert", SIMCSE, task="TR_avg", metric="accuracy"),
         rows("simace", "bert", SIMACE, task="TR_avg", metric="accuracy"),
     )
-    plot = forest_plot(compare(frame, "simcse"), "simcse")
+    plot = forest_plot(compare(frame, "simcse", min_effect=0.5), "simcse", 0.5)
     assert plot is not None
     sts, transfer = plot.figure.axes
     labels = [t.get_text() for t in sts.get_yticklabels()]
     assert labels == ["bert · arccse", "bert · simace"]
     assert len(sts.lines) == 2 * 2 + 1 and len(transfer.lines) == 2 + 1  # bar + point; zero line
-    assert forest_plot(compare(results(), "simcse"), "simcse") is None
+    (band,) = sts.patches  # the differences too small to matter: +- min_effect
+    assert band.get_x() == pytest.approx(-0.5) and band.get_width() == pytest.approx(1.0)
+    assert "± report.min_effect = 0.50" in plot.caption
+    assert forest_plot(compare(results(), "simcse", min_effect=0.5), "simcse", 0.5) is None
 
 
 def test_more_than_ten_runs_keep_distinct_colours_and_line_styles() -> None:
@@ -142,8 +149,12 @@ def test_report_puts_the_summary_first_and_folds_the_tables(built, project: Path
     assert pl.read_csv(out / "comparison.csv").height >= 1
 
 
-def chromium(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
-    """The DOM headless Chromium builds from ``page`` (file://, offline) and its console lines."""
+WINDOW = (1500, 1000)  # a laptop's browser window: the first screen
+
+
+def chromium(page: Path, tmp_path: Path, *options: str) -> tuple[str, list[str]]:
+    """The DOM headless Chromium builds from ``page`` (file://, offline, in a ``WINDOW``) and
+    its console lines; ``options`` add to the command line (--screenshot=...)."""
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     if binary is None:
         pytest.skip("chromium is not installed (CI installs the Debian package in .ci/run)")
@@ -154,10 +165,12 @@ def chromium(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
             "--no-sandbox",
             "--disable-gpu",
             "--no-first-run",
+            "--hide-scrollbars",
+            f"--window-size={WINDOW[0]},{WINDOW[1]}",
             f"--user-data-dir={tmp_path / 'profile'}",
             "--enable-logging=stderr",
             "--log-level=0",
-            "--dump-dom",
+            *options,
             page.as_uri(),
         ],
         capture_output=True,
@@ -172,7 +185,7 @@ def chromium(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
 def test_the_browser_check_catches_a_console_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.html"
     bad.write_text("<!DOCTYPE html><html><body><script>no_such_function();</script></body></html>")
-    _, console = chromium(bad, tmp_path)
+    _, console = chromium(bad, tmp_path, "--dump-dom")
     assert any("no_such_function" in line for line in console)
 
 
@@ -181,8 +194,92 @@ def test_report_opens_offline_in_chromium_without_console_errors(
     project: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    dom, console = chromium(project / "reports/results/report.html", tmp_path)
+    dom, console = chromium(project / "reports/results/report.html", tmp_path, "--dump-dom")
     assert console == []
     summary_first(dom)
     images = re.findall(r"<img src=\"([^\"]{0,30})", dom)
     assert images and all(src.startswith("data:image/png;base64,") for src in images)
+
+
+# Measures the page as laid out in the window and writes the numbers into it, for --dump-dom.
+MEASURE = """<script>addEventListener('load', () => {
+  const table = document.querySelector('#summary table').getBoundingClientRect();
+  const images = [...document.images].map(i => [i.naturalWidth, i.getBoundingClientRect().width]);
+  const out = document.createElement('pre');
+  out.id = 'layout';
+  out.textContent = JSON.stringify({window: innerWidth, page: document.documentElement.scrollWidth,
+                                    table: [table.top, table.right], images});
+  document.body.append(out);
+});</script>"""
+
+
+def cells(section: str, title: str) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of the table titled ``title`` in ``section`` of the DOM."""
+    start = section.index(f"<h3>{title}")
+    table = section[start : section.index("</table>", start)]
+    header = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", table)]
+    rows = [
+        [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]
+    ]
+    return header, rows
+
+
+def test_the_first_screen_gives_verdicts_power_and_flags_in_a_browser(
+    built,  # noqa: F811
+    project: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The summary as Chromium shows it in a 1500 x 1000 window: the page no wider than the
+    window, the summary table on the first screen, every figure at its own size (its text as
+    drawn); the verdicts, the detectable difference with its underpowered mark, the seeds
+    needed, the collapse mark in the summary and the majority-class flag in the Transfer
+    table, the captions of what the figures draw."""
+    page = project / "reports/results/report.html"
+    shot = tmp_path / "first_screen.png"
+    chromium(page, tmp_path, f"--screenshot={shot}")
+    pixels = imread(shot)
+    assert pixels.shape[:2] == (WINDOW[1], WINDOW[0])
+    assert pixels[..., :3].std() > 0.05  # text and tables, not a blank page
+
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+    dom, console = chromium(measured, tmp_path, "--dump-dom", "--virtual-time-budget=5000")
+    assert console == []
+    layout = json.loads(html.unescape(re.search(r"<pre id=\"layout\">(.*?)</pre>", dom)[1]))
+    assert layout["page"] <= layout["window"]  # no sideways scrolling
+    top, right = layout["table"]
+    assert top < WINDOW[1] and right <= layout["window"]  # the summary table on the first screen
+    assert layout["images"] and all(shown == natural for natural, shown in layout["images"])
+
+    summary = dom[dom.index('<section id="summary">') : dom.index('<section id="figures">')]
+    header, rows = cells(summary, "Summary: each method against simcse")
+    assert header[:4] == ["backbone", "method", "measure", "verdict"]
+    assert {"detectable difference", "seeds to detect 0.50"} <= set(header)
+    row = {(r[1], r[2]): dict(zip(header, r, strict=True)) for r in rows}
+    assert set(r["verdict"] for r in row.values()) == {"worse", "too few seeds"}
+    hot_sts, hot_transfer = row["simcse_hot", "STS avg"], row["simcse_hot", "transfer avg"]
+    assert hot_sts["verdict"] == "worse" and hot_sts["seeds paired"] == "2"
+    assert float(hot_sts["detectable difference"]) <= 0.5
+    # seed 1 collapsed: transfer noisy, underpowered, "too few seeds" and not "no difference"
+    assert hot_transfer["verdict"] == "too few seeds"
+    assert hot_transfer["detectable difference"].endswith("(underpowered)")
+    assert hot_transfer["seeds to detect 0.50"] == "more than 10000"
+    assert hot_sts["method: mean ± std"].endswith("‡ seed 1")  # the collapse mark
+    assert "‡" not in row["simace", "STS avg"]["method: mean ± std"]
+    assert row["simace", "STS avg"]["detectable difference"] == "–"  # one paired seed
+    assert "majority-class rate" in summary and "power 0.8" in summary
+
+    tables = dom[dom.index('<section id="tables">') :]
+    header, rows = cells(tables, "Transfer (accuracy %)")
+    transfer = {r[0]: dict(zip(header, r, strict=True)) for r in rows}
+    assert transfer["simcse_hot"]["MR"].endswith("‡")  # the majority-class flag
+    assert not transfer["simcse"]["MR"].endswith("‡")
+    assert "majority-class rates: MR 50.00" in tables
+
+    captions = [html.unescape(c) for c in re.findall(r"<figcaption>(.*?)</figcaption>", dom)]
+    assert any("grey band: within ± report.min_effect = 0.50" in c for c in captions)
+    assert any("ends in an arrowhead" in c for c in captions)
+    (sweep,) = [c for c in captions if c.startswith("STS avg. against")]
+    assert "objective.tau" in sweep and "published: dashed lines" in sweep
+    assert not any("arrow goes from" in c or "published values dashed" in c for c in captions)

@@ -68,7 +68,7 @@ def test_the_compile_setting_reaches_torch_compile(
 ) -> None:
     """CUDA graphs cannot be recorded on the CPU: what is checked here is the call (the
     training forward, dynamic shapes, the mode) and the record of it; the H100 runs of
-    ``benchmarks/train_gpu.py --compile-mode reduce-overhead`` are in docs/training.md."""
+    ``benchmarks/train_gpu.py --compile reduce-overhead`` are in docs/training.md."""
     calls: list[dict[str, Any]] = []
 
     def record(module, **options):

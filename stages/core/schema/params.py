@@ -266,6 +266,14 @@ class ReportParams(Section):
     significance_test: Literal["paired_t", "wilcoxon"] = Field(
         "paired_t", description="paired over seeds: t-test (scipy ttest_rel) or signed-rank"
     )
+    min_effect: float = Field(
+        0.5,
+        gt=0,
+        le=10,
+        description="the smallest difference worth detecting, in points (Spearman x100, "
+        "accuracy %): the summary counts how many seeds detect it, and calls a comparison "
+        "'too few seeds' where the run seeds could not",
+    )
 
 
 class FiguresParams(Section):
