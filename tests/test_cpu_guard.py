@@ -60,6 +60,17 @@ def test_the_smoke_preset_a_gpu_or_the_switches_let_it_run(
     )
 
 
+def test_the_summary_adds_the_cpu_time_where_auto_training_would_run_on_the_cpu(
+    no_gpu: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    smoke = plan_experiments(load_params(REPO / "presets/smoke.yaml"))
+    text = cpu_guard.summary(smoke, "presets/smoke.yaml")
+    assert "GPU-hours in all on an NVIDIA H100; with no GPU visible here, " in text
+    assert "CPU-minutes in all on the project's 2-core CPU" in text
+    monkeypatch.setattr(cpu_guard, "visible_gpus", lambda: 1)
+    assert "no GPU visible" not in cpu_guard.summary(smoke, "presets/smoke.yaml")
+
+
 @pytest.mark.e2e
 def test_both_orchestrators_stop_before_any_work(tmp_path: Path) -> None:
     root = project_copy(tmp_path, None)  # params.yaml: BERT-base, about 8 GPU-hours

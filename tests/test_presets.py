@@ -87,10 +87,13 @@ def test_preset_plans_and_dry_runs_every_run(
     for name, run in runs.items():
         assert rows[name].run_id == run.run_id
         assert rows[name].minutes["train"] > 0 and rows[name].minutes["senteval"] > 0
-        assert ("mteb" in rows[name].minutes) == params.evaluations.mteb.enabled
+        mteb = params.evaluation_settings("mteb", run.method).is_enabled()  # a method's own
+        assert ("mteb" in rows[name].minutes) == mteb
+        assert rows[name].device == "h100"  # auto training: on the default GPU
     assert len({run.run_id for run in runs.values()}) == len(runs)  # no run trained twice
     report = format_dry_run(plan_experiments(params), list(rows.values()))
-    assert f"{len(runs)} trained runs" in report and "GPU-hours in all" in report
+    assert f"{len(runs)} trained runs" in report and "GPU-hours in all on an NVIDIA H100" in report
+    assert "train_gpu_h100.json eager.runs[1]" in report  # the measured record it rests on
 
 
 @pytest.mark.parametrize("path", ALL_PRESETS)
@@ -197,6 +200,9 @@ def test_simace_table_7(presets: dict[str, Params]) -> None:
     assert resolved(p, "simace_margin_neg", "roberta-base").objective.margin_deg == -10
     assert resolved(p, "simace_no_margin", "roberta-base").train.batch_size == 128
     assert p.train.eval_steps == 125 and p.evaluations.mteb.tasks == "simace56"
+    # MTEB (56 datasets) only where SimACE's tables report it (Tables 3, 12): SimCSE and SimACE
+    mteb = {job.key.split(".")[0] for job in build_jobs(plan_experiments(p)) if job.stage == "mteb"}
+    assert mteb == {"simcse", "simace"}
     assert {g.seeds for g in p.experiments} == {(42, 43, 44, 45, 46), (42,)}
 
 

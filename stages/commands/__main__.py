@@ -13,7 +13,11 @@ from collections.abc import Sequence
 # command -> (module, how it is called, what it does)
 COMMANDS = {
     "status": ("pipeline", "status", "experiments, run ids, what is finished, and where from"),
-    "estimates": ("pipeline", "estimates", "the dry run: every job's estimated GPU time"),
+    "estimates": (
+        "pipeline",
+        "estimates [--gpu h100|h200]",
+        "the dry run: every job's estimated time, device and measured rates",
+    ),
     "dvc": ("pipeline", "dvc", "regenerate dvc.yaml after changing the experiment matrix"),
     "check-dvc": ("pipeline", "check-dvc", "fail if dvc.yaml is out of date with the params"),
     "code-manifests": ("pipeline", "code-manifests", "write the stages' code manifests (DVC)"),

@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stages.core.identity.experiments import plan_experiments
-from stages.core.planning.estimates import dry_run, format_dry_run
+from stages.core.planning.cpu_guard import visible_gpus
+from stages.core.planning.estimates import (
+    DEFAULT_GPU,
+    GPU_KINDS,
+    Machine,
+    dry_run,
+    format_dry_run,
+    write_rates,
+)
 from stages.core.planning.jobs import DVC_YAML, build_jobs, check_dvc_yaml, code_manifests, dvc_yaml
 from stages.core.planning.status import adopt_legacy_run, status_rows
 from stages.core.schema.evaluation_settings import with_evaluations_table
@@ -38,6 +46,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("experiment", nargs="?", help="adopt: the experiment to adopt a run for")
     parser.add_argument("--params", default=str(DEFAULT_PARAMS))
+    parser.add_argument(
+        "--gpu",
+        choices=GPU_KINDS,
+        help=f"estimates: the GPU kind of train.device cuda (default {DEFAULT_GPU}), and of auto "
+        "even where no GPU is visible (without it, auto is this machine's GPU or its CPU)",
+    )
+    parser.add_argument(
+        "--write-rates",
+        action="store_true",
+        help="estimates: regenerate the measured rates from benchmarks/results/ (run it there)",
+    )
     args = parser.parse_args(argv)
     if args.command == "docs":
         write_text(README, with_evaluations_table(README.read_text(encoding="utf-8")))
@@ -51,9 +70,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{DVC_YAML} is up to date")
         return
     plan = plan_experiments(load_params(args.params))
-    if args.command == "estimates":
+    if args.command == "estimates" and args.write_rates:
+        print(f"wrote {write_rates()}")
+    elif args.command == "estimates":
+        machine = Machine(args.gpu or DEFAULT_GPU, args.gpu is not None or visible_gpus() > 0)
         print(f"dry run of {args.params}")
-        print(format_dry_run(plan, dry_run(plan, args.params)))
+        print(format_dry_run(plan, dry_run(plan, args.params, machine), machine))
     elif args.command == "dvc":
         jobs = build_jobs(plan, args.params)
         write_text(DVC_YAML, dvc_yaml(jobs, args.params))

@@ -14,10 +14,10 @@ import shutil
 import subprocess
 
 from stages.core.identity.experiments import Plan, plan_experiments
-from stages.core.planning.estimates import dry_run
+from stages.core.planning.estimates import Machine, dry_run, in_all
 from stages.core.schema.params import parse_params
 
-CPU_HOURS_LIMIT = 48.0  # the smoke preset: about 7 by the (pessimistic) CPU estimate
+CPU_HOURS_LIMIT = 48.0  # the smoke preset: 0.2 (14 CPU-minutes); params.yaml: about 500
 FORCE_VARIABLE = "CSE_ALLOW_CPU"
 
 
@@ -47,11 +47,14 @@ def cpu_hours(plan: Plan, params_file: str) -> float:
 
 
 def summary(plan: Plan, params_file: str) -> str:
+    """The matrix's size and estimate; for training on ``auto`` where no GPU is visible, also
+    on this machine's CPU, where it would then run."""
     runs = {run.run_id for run in plan.runs.values()}
-    return (
-        f"{params_file}: {len(runs)} run(s), estimated {gpu_hours(plan, params_file):.1f} "
-        "GPU-hours in all (`cse estimates` itemises them)"
-    )
+    text = f"{params_file}: {len(runs)} run(s), estimated {in_all(dry_run(plan, params_file))}"
+    if any(run.device == "auto" for run in plan.runs.values()) and visible_gpus() == 0:
+        here = in_all(dry_run(plan, params_file, Machine(auto_on_gpu=False)))
+        text += f"; with no GPU visible here, {here}"
+    return text + " (`cse estimates` itemises them)"
 
 
 def cpu_guard(plan: Plan, params_file: str) -> str | None:
