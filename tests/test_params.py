@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from stages.core.schema.bounds import bounds_markdown
 from stages.core.schema.params import ParamsError, load_params, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
@@ -413,3 +414,11 @@ def test_published_key_sweep_and_readings_are_optional_and_kept() -> None:
     assert params.methods["simcse-tau-0_07"].sweep == "tau=0.07"
     assert params.methods["simcse-tau-0_07"].readings == ("tau grid unclear -> 0.07 (spec B.7)",)
     assert params.methods["simcse"].readings == ()
+
+
+def test_the_docs_show_the_bounds_table_as_it_is() -> None:
+    """docs/training.md's table of ranges is BOUNDS (stages/core/schema/bounds.py) rendered."""
+    text = (REPO / "docs/training.md").read_text(encoding="utf-8")
+    begin = "<!-- bounds: generated from stages/core/schema/bounds.py -->\n"
+    shown = text.split(begin, 1)[1].split("<!-- end of bounds -->", 1)[0]
+    assert shown == bounds_markdown(), "regenerate it from bounds_markdown()"

@@ -27,12 +27,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveInt,
+    StrictBool,
     StringConstraints,
     create_model,
     field_validator,
 )
 
+from stages.core.schema.bounds import Integer
 from stages.core.schema.data_manifest import is_under, load_manifest
 from stages.core.schema.mteb_task_sets import (
     SIMACE56,
@@ -54,6 +55,8 @@ SentEvalTask = Literal[SENTEVAL_TASKS]  # type: ignore[valid-type]
 # alignment and uniformity in the SentEval results.
 STSB_DEV_TASK = "STSBenchmark_dev"
 MtebLocalSource = Literal["senteval", "sts_raw"]
+# A count: an integer of at least 1, never a boolean (YAML's `true` would pass as 1).
+PositiveInt = Annotated[Integer, Field(gt=0)]
 TaskName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 
 
@@ -111,7 +114,7 @@ class SentEvalParams(EvaluationSettings):
         "test", description="SimCSE's classifier settings: fasttest (k=5) or test (k=10)"
     )
     batch_size: PositiveInt = 128
-    seed: Annotated[int, Field(ge=0, lt=2**32)] = 1111
+    seed: Annotated[Integer, Field(ge=0, lt=2**32)] = 1111
 
     def reads(self) -> tuple[Path, ...]:
         return (Path(self.data_dir),)
@@ -125,13 +128,13 @@ class MtebParams(EvaluationSettings):
     # from senteval; both name the evaluation's data whatever it reads
     datasets: ClassVar[tuple[str, ...]] = ("senteval", "sts_raw")
 
-    enabled: bool = True
+    enabled: StrictBool = True
     tasks: str | tuple[str, ...] = Field(
         "sts",
         description="a named set (sts: STS12-16, STSBenchmark, SICK-R; simace56: the SimACE "
         "paper's 56 English datasets, = MTEB(eng, v1)) or a list of mteb task names",
     )
-    local_data: bool = Field(
+    local_data: StrictBool = Field(
         True,
         description="feed the tasks that have a local copy (STS12-16, STSBenchmark, SICK-R) "
         "from local files instead of the Hugging Face hub",
@@ -147,7 +150,7 @@ class MtebParams(EvaluationSettings):
     cache_dir: str = Field(
         "cache/mteb", description="mteb's result cache (results/<model>/<revision>/<task>.json)"
     )
-    normalize: bool = Field(
+    normalize: StrictBool = Field(
         False,
         description="L2-normalise embeddings; cosine scores are unchanged, classification and "
         "clustering are not",

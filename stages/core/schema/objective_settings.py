@@ -15,7 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from stages.core.schema.bounds import Real
 
 # paper: the paper's equations; code: the authors' released code where it differs.
 Implementation = Literal["paper", "code"]
@@ -56,11 +58,10 @@ class ObjectiveSettings(BaseModel):
 
 def _margin_field(default: float) -> Any:
     # cos(theta + m) falls with theta only while theta + m <= 180 degrees; below 90 it does for
-    # every positive pair within 90 degrees (all of them in practice), and the papers use 0-20.
+    # every positive pair within 90 degrees (all of them in practice), and the papers use 0-20
+    # (the range: BOUNDS["arc_margin_deg"]).
     return Field(
         default,
-        ge=0,
-        lt=90,
         description="additive angular margin m on the positive pair, in degrees, in [0, 90) "
         "(ArcCSE: 10 on every backbone; 0 gives NT-Xent)",
     )
@@ -78,7 +79,7 @@ class InfoNCESettings(ObjectiveSettings):
     """SimCSE (Gao et al., 2021): ``stages.objectives.infonce.InfoNCE``."""
 
     name: Literal["infonce"]
-    tau: float = Field(0.05, gt=0, description="temperature (SimCSE: 0.05 on every backbone)")
+    tau: Real("tau") = Field(0.05, description="temperature (SimCSE: 0.05 on every backbone)")
     uses_temperature: ClassVar[bool] = True
 
 
@@ -86,8 +87,8 @@ class ArcConSettings(ObjectiveSettings):
     """ArcCSE (Zhang et al., 2022): ``stages.objectives.arccse.ArcCon``."""
 
     name: Literal["arccon"]
-    tau: float = Field(0.05, gt=0, description="temperature (ArcCSE: 0.05 on every backbone)")
-    margin_deg: float = _margin_field(10.0)
+    tau: Real("tau") = Field(0.05, description="temperature (ArcCSE: 0.05 on every backbone)")
+    margin_deg: Real("arc_margin_deg") = _margin_field(10.0)
     uses_temperature: ClassVar[bool] = True
 
 
@@ -95,13 +96,13 @@ class ArcCSESettings(ObjectiveSettings):
     """ArcCSE (Zhang et al., 2022): ``stages.objectives.arccse.ArcCSE``."""
 
     name: Literal["arccse"]
-    tau: float = Field(0.05, gt=0, description="temperature of ArcCon (0.05 on every backbone)")
-    margin_deg: float = _margin_field(10.0)
-    triplet_weight: float = Field(
-        0.1, gt=0, description="lambda, weight of the triplet loss (0.1 on every backbone)"
+    tau: Real("tau") = Field(0.05, description="temperature of ArcCon (0.05 on every backbone)")
+    margin_deg: Real("arc_margin_deg") = _margin_field(10.0)
+    triplet_weight: Real("triplet_weight") = Field(
+        0.1, description="lambda, weight of the triplet loss (0.1 on every backbone)"
     )
-    triplet_margin: float = Field(
-        0.0, ge=0, lt=2, description="m of the triplet hinge on cosines (0 on every backbone)"
+    triplet_margin: Real("triplet_margin") = Field(
+        0.0, description="m of the triplet hinge on cosines (0 on every backbone)"
     )
     uses_temperature: ClassVar[bool] = True
     needs_triplets: ClassVar[bool] = True
@@ -111,13 +112,11 @@ class SimACESettings(ObjectiveSettings):
     """SimACE: ``stages.objectives.simace.SimACE``."""
 
     name: Literal["simace"]
-    tau: float = Field(
-        0.06, gt=0, description="temperature (Table 7: 0.06 BERT-base/large, 0.05 RoBERTa)"
+    tau: Real("tau") = Field(
+        0.06, description="temperature (Table 7: 0.06 BERT-base/large, 0.05 RoBERTa)"
     )
-    margin_deg: float = Field(
+    margin_deg: Real("simace_margin_deg") = Field(
         10.0,
-        ge=-90,
-        le=90,
         description="m in degrees, subtracted from the positive's angular similarity "
         "(Table 7: 10 on every backbone; Table 14 ablates 0 and -10)",
     )
@@ -128,14 +127,12 @@ class AlignUniformSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.alignment_uniformity``."""
 
     name: Literal["align_uniform"]
-    uniformity_weight: float = Field(
+    uniformity_weight: Real("au_uniformity_weight") = Field(
         0.1,
-        gt=0,
-        lt=1,
         description="lambda (Table 2: 0.1 BERT-base/large, 0.2 RoBERTa-base, 0.4 RoBERTa-large)",
     )
-    alpha: float = Field(2.0, gt=0, description="alignment exponent (Table 2: 2)")
-    t: float = Field(6.0, gt=0, description="uniformity scale (Table 2: 6; the metric uses 2)")
+    alpha: Real("alpha") = Field(2.0, description="alignment exponent (Table 2: 2)")
+    t: Real("t") = Field(6.0, description="uniformity scale (Table 2: 6; the metric uses 2)")
     implementation: Implementation = Field(
         "paper",
         description="paper: cross-view uniformity of eq. 29; code: the released code's "
@@ -147,9 +144,8 @@ class DCLSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.alignment_uniformity.DCL``."""
 
     name: Literal["dcl"]
-    tau: float = Field(
+    tau: Real("tau") = Field(
         0.03,
-        gt=0,
         description="temperature (Table 2: 0.03 BERT-base, 0.01 BERT-large, "
         "0.02 RoBERTa-base/large)",
     )
@@ -160,9 +156,8 @@ class DCLPlusSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.alignment_uniformity.DCLPlus``."""
 
     name: Literal["dcl_plus"]
-    tau: float = Field(
+    tau: Real("tau") = Field(
         0.17,
-        gt=0,
         description="temperature (Table 2: 0.17 BERT-base, 0.18 BERT-large, "
         "0.15 RoBERTa-base, 0.17 RoBERTa-large)",
     )
@@ -173,10 +168,8 @@ class MPTSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.hardest_negative.MPT``."""
 
     name: Literal["mpt"]
-    margin: float = Field(
+    margin: Real("margin") = Field(
         0.23,
-        ge=0,
-        le=2,
         description="m on cosines (Table 2: 0.23 BERT-base, 0.24 BERT-large, "
         "0.29 RoBERTa-base, 0.31 RoBERTa-large)",
     )
@@ -187,10 +180,8 @@ class METSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.hardest_negative.MET``."""
 
     name: Literal["met"]
-    margin: float = Field(
+    margin: Real("margin") = Field(
         0.45,
-        ge=0,
-        le=2,
         description="m on distances (Table 2: 0.45 BERT-base, 0.50 "
         "BERT-large, 0.43 RoBERTa-base, 0.45 RoBERTa-large)",
     )
@@ -201,10 +192,8 @@ class MATSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.hardest_negative.MAT``."""
 
     name: Literal["mat"]
-    margin_pi: float = Field(
+    margin_pi: Real("margin_pi") = Field(
         0.15,
-        ge=0,
-        le=1,
         description="m in units of pi (Table 2: 0.15 BERT-base, 0.17 "
         "BERT-large, 0.14 RoBERTa-base, 0.13 RoBERTa-large)",
     )
@@ -214,18 +203,16 @@ class MATSettings(ObjectiveSettings):
 class _UnifiedGradientSettings(ObjectiveSettings):
     """Paper 002's switches, common to its four objectives."""
 
-    gradient_dissipation: bool = Field(
+    gradient_dissipation: StrictBool = Field(
         False, description="GD: stop the gradient of anchors with h_i.h'_i - max_k h_i.h'_k >= m"
     )
-    static_ratio: bool = Field(False, description="R: the positive's pull is r * sum_j W_ij")
-    margin: float = Field(
+    static_ratio: StrictBool = Field(False, description="R: the positive's pull is r * sum_j W_ij")
+    margin: Real("margin") = Field(
         0.30,
-        ge=0,
-        le=2,
         description="m of the GD test (Table 6: 0.30 BERT-base; RoBERTa-base "
         "0.30 MHE, 0.27 MHS, 0.37 BT and VICReg)",
     )
-    ratio: float = Field(1.5, gt=0, description="r, the static ratio")
+    ratio: Real("ratio") = Field(1.5, description="r, the static ratio")
     implementation: Implementation = Field(
         "paper",
         description="paper: the paper's equations (cross-view GD, R = r exactly); code: the "
@@ -258,14 +245,14 @@ class AlignMHESettings(_UnifiedGradientSettings):
     """Li, Zhang, Nie (ACL 2024), paper 002: ``stages.objectives.unified_gradient.AlignMHE``."""
 
     name: Literal["align_mhe"]
-    softmax_weight: bool = Field(
+    softmax_weight: StrictBool = Field(
         False, description="W: nu := 1 and uniformity log sum_{k<l} e^{h_k.h_l / tau}"
     )
-    uniformity_weight: float = Field(
-        10.0, gt=0, description="nu^u of the original (released scripts: 10; unused with W)"
+    uniformity_weight: Real("nu") = Field(
+        10.0, description="nu^u of the original (released scripts: 10; unused with W)"
     )
-    tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
-    ratio: float = Field(1.75, gt=0, description="r (Table 6: 1.75 BERT-base, 1.25 RoBERTa-base)")
+    tau: Real("tau") = Field(0.05, description="temperature of the W modification (Table 6)")
+    ratio: Real("ratio") = Field(1.75, description="r (Table 6: 1.75 BERT-base, 1.25 RoBERTa-base)")
 
     @property
     def uses_temperature(self) -> bool:  # type: ignore[override]
@@ -277,24 +264,24 @@ class AlignMHSSettings(_UnifiedGradientSettings):
     """Li, Zhang, Nie (ACL 2024), paper 002: ``stages.objectives.unified_gradient.AlignMHS``."""
 
     name: Literal["align_mhs"]
-    uniformity_weight: float = Field(
-        1.0, gt=0, description="nu^u multiplying the anchors' mean MHS term (released scripts: 1)"
+    uniformity_weight: Real("nu") = Field(
+        1.0, description="nu^u multiplying the anchors' mean MHS term (released scripts: 1)"
     )
-    ratio: float = Field(1.75, gt=0, description="r (Table 6: 1.75 BERT-base, 1.00 RoBERTa-base)")
+    ratio: Real("ratio") = Field(1.75, description="r (Table 6: 1.75 BERT-base, 1.00 RoBERTa-base)")
 
 
 class BarlowTwinsSettings(_UnifiedGradientSettings):
     """Li, Zhang, Nie (ACL 2024), paper 002: ``stages.objectives.unified_gradient.BarlowTwins``."""
 
     name: Literal["barlow_twins"]
-    softmax_weight: bool = Field(
+    softmax_weight: StrictBool = Field(
         False, description="W: nu := 1 and W_ij = e^{h'_i.h'_j/tau} / sum_{k != l} e^{...}"
     )
-    off_diagonal_weight: float = Field(
-        30.0, gt=0, description="nu^B of the original (released scripts: 30; unused with W)"
+    off_diagonal_weight: Real("nu") = Field(
+        30.0, description="nu^B of the original (released scripts: 30; unused with W)"
     )
-    tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
-    ratio: float = Field(1.5, gt=0, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
+    tau: Real("tau") = Field(0.05, description="temperature of the W modification (Table 6)")
+    ratio: Real("ratio") = Field(1.5, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
 
     @property
     def uses_temperature(self) -> bool:  # type: ignore[override]
@@ -306,14 +293,14 @@ class VICRegSettings(_UnifiedGradientSettings):
     """Li, Zhang, Nie (ACL 2024), paper 002: ``stages.objectives.unified_gradient.VICReg``."""
 
     name: Literal["vicreg"]
-    softmax_weight: bool = Field(
+    softmax_weight: StrictBool = Field(
         False, description="W: nu := 1 and W_ij = e^{h_i.h_j/tau} / sum_{k != l} e^{...}"
     )
-    covariance_weight: float = Field(
-        30.0, gt=0, description="nu^V of eq. 11 (released scripts: 30; unused with W)"
+    covariance_weight: Real("nu") = Field(
+        30.0, description="nu^V of eq. 11 (released scripts: 30; unused with W)"
     )
-    tau: float = Field(0.05, gt=0, description="temperature of the W modification (Table 6)")
-    ratio: float = Field(1.5, gt=0, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
+    tau: Real("tau") = Field(0.05, description="temperature of the W modification (Table 6)")
+    ratio: Real("ratio") = Field(1.5, description="r (Table 6: 1.50 BERT-base, 1.25 RoBERTa-base)")
 
     @property
     def uses_temperature(self) -> bool:  # type: ignore[override]

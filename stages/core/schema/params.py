@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from types import UnionType
@@ -20,15 +21,21 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    NonNegativeFloat,
-    PositiveFloat,
     PrivateAttr,
+    StrictBool,
     StringConstraints,
     ValidationError,
     model_validator,
 )
 
 from stages.core.errors import ParamsError
+from stages.core.schema.bounds import (
+    Integer,
+    NotANumber,
+    Real,
+    unusual_values,
+    warning_line,
+)
 from stages.core.schema.evaluation_settings import (
     EVALUATIONS,
     FORMERLY_TOP_LEVEL,
@@ -43,7 +50,6 @@ from stages.core.storage.shared_store import url_problem
 
 # Names that become parts of file paths and of experiment names: keep them path- and CLI-safe.
 Key = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
-Fraction = Annotated[float, Field(gt=0, lt=1)]
 # A method's name, or a point of a method's grid: arccse[margin_deg=5]
 # (stages/core/schema/sweeps.py).
 MethodName = Annotated[
@@ -89,10 +95,10 @@ class TripletsParams(Section):
     """ArcCSE's masked triplets (s, s', s''); the procedure is in
     stages/masked_triplets/masking.py."""
 
-    short_mask_rate: Fraction = Field(
+    short_mask_rate: Real("mask_rate") = Field(
         0.2, description="masked share of s in s' (one contiguous span), in units of s"
     )
-    long_mask_rate: Fraction = Field(
+    long_mask_rate: Real("mask_rate") = Field(
         0.4, description="masked share of s in s'' (the span of s' enlarged), in units of s"
     )
     unit: Literal["token", "word"] = Field(
@@ -120,9 +126,9 @@ class TripletsParams(Section):
 
 
 class SamParams(Section):
-    enabled: bool = False
-    rho: PositiveFloat = Field(0.05, description="neighbourhood radius (SAM's default)")
-    adaptive: bool = False
+    enabled: StrictBool = False
+    rho: Real("sam_rho") = Field(0.05, description="neighbourhood radius (SAM's default)")
+    adaptive: StrictBool = False
 
 
 def _contrastive_batch(size: int) -> int:
@@ -138,17 +144,17 @@ class TrainParams(Section):
     epochs: PositiveInt = 1
     max_steps: PositiveInt | None = Field(None, description="stop after this many updates")
     batch_size: Annotated[int, Field(strict=True), AfterValidator(_contrastive_batch)] = 64
-    max_seq_length: Annotated[int, Field(gt=0, le=512)] = Field(
+    max_seq_length: Annotated[Integer, Field(gt=0, le=512)] = Field(
         32, description="truncation in tokens; at most 512, where every evaluation truncates"
     )
-    learning_rate: PositiveFloat = 3e-5
+    learning_rate: Real("learning_rate") = 3e-5
     lr_schedule: Literal["linear", "constant"] = "linear"
-    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    weight_decay: NonNegativeFloat = 0.0
-    adam_betas: tuple[Fraction, Fraction] = (0.9, 0.999)
-    adam_epsilon: PositiveFloat = 1e-8
-    max_grad_norm: PositiveFloat | None = Field(1.0, description="clip; null disables")
-    dropout: Annotated[float, Field(ge=0, lt=1)] | None = Field(
+    warmup_ratio: Real("warmup_ratio") = 0.0
+    weight_decay: Real("weight_decay") = 0.0
+    adam_betas: tuple[Real("adam_beta"), Real("adam_beta")] = (0.9, 0.999)
+    adam_epsilon: Real("adam_epsilon") = 1e-8
+    max_grad_norm: Real("max_grad_norm") | None = Field(1.0, description="clip; null disables")
+    dropout: Real("dropout") | None = Field(
         None,
         description="every dropout of the backbone (its family's config keys, "
         "stages/modeling/backbone_adapters.py); null keeps the backbone's (BERT: 0.1; one "
@@ -166,20 +172,20 @@ class TrainParams(Section):
         "auto", description="auto: bf16 autocast on GPU, fp32 on CPU; objectives always in fp32"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    compile: Literal[False, True, "reduce-overhead"] = Field(
+    compile: Annotated[Literal[False, True, "reduce-overhead"], NotANumber] = Field(
         False,
         description="true: the training forward under torch.compile(dynamic=True); "
         "reduce-overhead: also replayed as CUDA graphs, one launch for a step's kernels "
         "(on a GPU; needs unpad: false)",
     )
-    unpad: bool = Field(
+    unpad: StrictBool = Field(
         True,
         description="encoders with a packed forward (BERT, RoBERTa, XLM-R, DistilBERT, MPNet) "
         "compute only the real tokens, not the padding "
         "(the same numbers and dropout masks up to float rounding: not part of the run id)",
     )
-    gradient_checkpointing: bool = False
-    gather_negatives: bool = Field(
+    gradient_checkpointing: StrictBool = False
+    gather_negatives: StrictBool = Field(
         True, description="with several GPUs, use every rank's batch as negatives"
     )
     triplet_batching: Literal["pool", "batch"] = Field(
@@ -205,7 +211,7 @@ class TrainParams(Section):
     view_dropout: Literal["both", "first"] = Field(
         "both", description="dropout on both contrastive views (SimCSE) or the first only"
     )
-    triplet_dropout: bool = Field(
+    triplet_dropout: StrictBool = Field(
         False, description="dropout on in the triplet branch (ArcCSE: off; Table 3 ablation)"
     )
     sampling: Literal["uniform", "by_length"] = Field(
@@ -266,10 +272,8 @@ class ReportParams(Section):
     significance_test: Literal["paired_t", "wilcoxon"] = Field(
         "paired_t", description="paired over seeds: t-test (scipy ttest_rel) or signed-rank"
     )
-    min_effect: float = Field(
+    min_effect: Real("min_effect") = Field(
         0.5,
-        gt=0,
-        le=10,
         description="the smallest difference worth detecting, in points (Spearman x100, "
         "accuracy %): the summary counts how many seeds detect it, and calls a comparison "
         "'too few seeds' where the run seeds could not",
@@ -283,23 +287,23 @@ class FiguresParams(Section):
     seed: NonNegativeInt = Field(0, description="seeds paper 002's simulated angles")
     batches: PositiveInt = Field(1000, description="paper 002: simulated batches per mu pair")
     negatives: PositiveInt = Field(127, description="paper 002: negative angles per batch")
-    grid_points: Annotated[int, Field(ge=2)] = Field(
+    grid_points: Annotated[Integer, Field(ge=2)] = Field(
         100, description="paper 002: mu_pos and mu_neg values (linspace, endpoints included)"
     )
-    sigma_pos: PositiveFloat = Field(0.05, description="paper 002: std of theta_ii' (radians)")
-    sigma_neg: PositiveFloat = Field(0.10, description="paper 002: std of theta_ij' (radians)")
-    weight_mu_pos_deg: Annotated[float, Field(gt=0, lt=180)] = Field(
+    sigma_pos: Real("sigma") = Field(0.05, description="paper 002: std of theta_ii' (radians)")
+    sigma_neg: Real("sigma") = Field(0.10, description="paper 002: std of theta_ij' (radians)")
+    weight_mu_pos_deg: Real("angle_deg") = Field(
         30.0, description="paper 002 Fig. 3: the fixed mu_pos (pi/6; the released code: 0.5 rad)"
     )
-    weight_temperatures: tuple[PositiveFloat, ...] = Field(
+    weight_temperatures: tuple[Real("tau"), ...] = Field(
         (0.3, 0.1, 0.05, 0.03, 0.01, 0.005),
         min_length=1,
         description="paper 002 Fig. 3: one curve per temperature (the released code's list)",
     )
-    weight_min_gd: Annotated[float, Field(ge=0, lt=1)] = Field(
+    weight_min_gd: Real("min_gd") = Field(
         0.01, description="paper 002 Fig. 3: keep batches whose InfoNCE GD is at least this [C]"
     )
-    heatmap_points: Annotated[int, Field(ge=2)] = Field(
+    heatmap_points: Annotated[Integer, Field(ge=2)] = Field(
         91, description="paper 003: angles per axis over [0, pi] (91: two degrees apart)"
     )
     negative_counts: tuple[PositiveInt, ...] = Field(
@@ -307,10 +311,10 @@ class FiguresParams(Section):
         min_length=1,
         description="paper 003 Fig. 2a: L_cl's negative counts; the first is every other panel's",
     )
-    curve_theta_neg_deg: Annotated[float, Field(gt=0, lt=180)] = Field(
+    curve_theta_neg_deg: Real("angle_deg") = Field(
         90.0, description="paper 003 curves: the fixed theta_ij' of the positive-part curves"
     )
-    curve_theta_pos_deg: Annotated[float, Field(gt=0, lt=180)] = Field(
+    curve_theta_pos_deg: Real("angle_deg") = Field(
         30.0, description="paper 003 curves: the fixed theta_ii' of the negative-part curves"
     )
 
@@ -518,6 +522,27 @@ class Params(Section):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def unusual_settings(self) -> tuple[str, ...]:
+        """One line per bounded value outside the range the papers use (a row of
+        ``bounds.BOUNDS``; accepted, with a warning), at the key path where it is written."""
+        seen: set[tuple[str | None, str, float]] = set()
+        lines: list[str] = []
+
+        def note(owner: str | None, found: list[tuple[str, float, Any]], prefix: str) -> None:
+            for path, value, bound in found:
+                if (None, path, value) not in seen and (owner, path, value) not in seen:
+                    seen.add((owner, path, value))
+                    lines.append(warning_line(prefix + path, value, bound))
+
+        note(None, unusual_values(self), "")  # the sections (methods: as resolved, below)
+        for method, spec in self.methods.items():
+            where = f"methods.{method}."
+            note(method, unusual_values(self.triplets_for(method), "triplets"), where)
+            for backbone in [None, *spec.per_backbone]:
+                where = f"methods.{method}." + (f"per_backbone.{backbone}." if backbone else "")
+                note(method, unusual_values(self.resolve(method, backbone)), where)
+        return tuple(lines)
 
     def written(self) -> dict[str, Any]:
         """The params file as written (grids unexpanded, defaults not filled in): what DVC
@@ -751,4 +776,12 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
     if duplicates:
         listed = "\n".join(f"  - {d}" for d in duplicates)
         raise ParamsError(f"{path} is invalid:\n{listed}")
-    return parse_params(raw, source=str(path))
+    params = parse_params(raw, source=str(path))
+    for line in params.unusual_settings():
+        if (str(path), line) not in _WARNED:  # once a process (a Snakefile loads it often)
+            _WARNED.add((str(path), line))
+            print(f"warning: {path}: {line}", file=sys.stderr)
+    return params
+
+
+_WARNED: set[tuple[str, str]] = set()

@@ -63,11 +63,23 @@ def _points(method: str, grid: Any) -> list[dict[str, Any]]:
             )
         if not isinstance(values, list) or not values:
             raise GridError(f"{where}.{key}: expected a non-empty list of values")
+        for i, value in enumerate(values):
+            if isinstance(value, dict | list):  # a point's name would not be a name
+                raise GridError(
+                    f"{where}.{key}.{i}: expected one value (a number, string, true/false or "
+                    f"null), got a {'mapping' if isinstance(value, dict) else 'list'}"
+                )
     short = [key.rsplit(".", 1)[-1] for key in grid]
     if len(set(short)) != len(short):
         raise GridError(f"{where}: two keys end in the same name ({', '.join(grid)})")
     keys = list(grid)
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+def _points_of(method: Any, points_of: dict[str, list[str]]) -> list[Any]:
+    """The points of a swept method named in an experiment group; anything else as written
+    (validated as a method name later, whatever its type)."""
+    return points_of.get(method, [method]) if isinstance(method, str) else [method]
 
 
 def expand_grids(raw: dict[str, Any]) -> dict[str, Any]:
@@ -97,14 +109,14 @@ def expand_grids(raw: dict[str, Any]) -> dict[str, Any]:
     groups = raw.get("experiments")
     if isinstance(groups, list):
         result["experiments"] = [
-            {**g, "methods": [p for m in g.get("methods", []) for p in points_of.get(m, [m])]}
+            {**g, "methods": [p for m in g["methods"] for p in _points_of(m, points_of)]}
             if isinstance(g, dict) and isinstance(g.get("methods"), list)
             else g
             for g in groups
         ]
     report = raw.get("report")
     baseline = report.get("baseline_method") if isinstance(report, dict) else None
-    if baseline in points_of:
+    if isinstance(baseline, str) and baseline in points_of:
         raise GridError(
             f"report.baseline_method: '{baseline}' has a grid; name one of its points "
             f"({', '.join(points_of[baseline])})"

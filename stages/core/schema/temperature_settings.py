@@ -8,6 +8,8 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from stages.core.schema.bounds import Real
+
 
 class TemperatureSchedule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -17,13 +19,11 @@ class TemperatureSchedule(BaseModel):
         description="constant; tcc = cool-down with a constant (eq. 2); tcs = with a step "
         "function (eq. 3); linear = linear cool-down TCL (eq. 4)",
     )
-    initial_tau: float | None = Field(
-        None, gt=0, description="tau_i, the starting temperature (Table 6: 0.06-0.10)"
+    initial_tau: Real("tau") | None = Field(
+        None, description="tau_i, the starting temperature (Table 6: 0.06-0.10)"
     )
-    step_ratio: float | None = Field(
+    step_ratio: Real("step_ratio") | None = Field(
         None,
-        gt=0,
-        le=1,
         description="r_s: the cool-down ends at step r_s * total_steps (Table 6: 0.013-0.028)",
     )
 
