@@ -273,3 +273,16 @@ def test_a_count_or_length_flag_below_one_is_refused_before_any_work(
         main(["--model", "m", "--output", "out.json", flag, value])
     assert exit_.value.code == 2
     assert f"argument {flag}: {problem}" in capsys.readouterr().err
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    """``cse estimates | head -1``: the rest of the output is dropped quietly, exit 141 (as a
+    command killed by SIGPIPE). The reader here closes before the command writes a line."""
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as closed_pipe:
+        done = subprocess.run(
+            [sys.executable, "-m", "stages.commands", "estimates", "--params", "params.yaml"],
+            cwd=REPO, stdout=closed_pipe, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    assert (done.returncode, done.stderr) == (141, "")

@@ -58,6 +58,23 @@ def test_a_stage_takes_its_threads_from_the_jobs_variables() -> None:
     assert out.split() == ["1", "1", "2"]  # a variable set by the user wins
 
 
+@pytest.mark.parametrize(("user", "seen"), [(None, "10000"), ("300000", "300000")])
+def test_the_openmp_threads_spin_briefly_unless_the_user_says_otherwise(
+    user: str | None, seen: str
+) -> None:
+    """Set before torch loads libgomp: a job's threads sleep soon at a barrier instead of
+    spinning on a core another process needs."""
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    if user is not None:
+        env["GOMP_SPINCOUNT"] = user
+    script = "import os, stages; print(os.environ['GOMP_SPINCOUNT'])"
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+        check=True,
+    ).stdout  # fmt: skip
+    assert out.strip() == seen
+
+
 def test_a_run_records_the_threads_it_trained_with(tmp_path: Path, shared_data: Path) -> None:
     from fault_helpers import EXPERIMENT, env, make_workspace, run_id
 

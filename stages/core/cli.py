@@ -134,6 +134,11 @@ def run(main: Callable[[Sequence[str] | None], object]) -> None:
     except (ParamsError, StageError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:
+        # the reader went away (`cse estimates | head`): what it read was all it wanted; the
+        # rest is dropped quietly, as by `ls | head` (Python docs, "Note on SIGPIPE")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
     except OSError as err:
         if err.errno not in REMEDIES:
             raise
