@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from project_copy import project_copy
-from test_end_to_end import SMOKE, ci_sized, dvc_repro, run, snakemake
+from test_end_to_end import SMOKE, built_by_both, ci_sized, dvc_repro, run, snakemake
 
 EXPERIMENTS = ("simcse.tiny-bert.s42", "simace.tiny-bert.s42")
 
@@ -63,11 +62,7 @@ def run_folders(root: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def workspaces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("carry")
-    roots = {tool: project_copy(tmp / tool, params()) for tool in ("snakemake", "dvc")}
-    snakemake(roots["snakemake"])
-    dvc_repro(roots["dvc"])
-    return roots
+    return built_by_both(tmp_path_factory.mktemp("carry"), params())
 
 
 def test_a_refactor_is_carried_over_and_neither_orchestrator_retrains(

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from project_copy import project_copy
-from test_end_to_end import SMOKE, ci_sized, dvc_repro, run, snakemake
+from test_end_to_end import SMOKE, built_by_both, ci_sized, dvc_repro, run, snakemake
 
 EXPERIMENTS = ("simcse.tiny-bert.s42", "simace.tiny-bert.s42")
 SIMACE = Path("stages/objectives/simace.py")
@@ -73,11 +72,7 @@ def results(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def workspaces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("identity")
-    roots = {tool: project_copy(tmp / tool, params()) for tool in ("snakemake", "dvc")}
-    snakemake(roots["snakemake"])
-    dvc_repro(roots["dvc"])
-    return roots
+    return built_by_both(tmp_path_factory.mktemp("identity"), params())
 
 
 def test_the_same_params_from_another_file_rerun_nothing(workspaces: dict[str, Path]) -> None:

@@ -21,6 +21,12 @@ import pytest
 import yaml
 from project_copy import REPO, project_copy
 
+# The smoke preset's runs cut to 40 steps with dev evaluations every 10, the figures' simulation
+# to 50 batches a cell, no pretrained baseline (its SentEval is minutes of CPU; the release tier
+# runs it): every stage and check still runs, in a fraction of the CPU time CI has. The
+# contention benchmark times the same size.
+from benchmarks.contention import cut_to_ci_size as ci_sized
+
 pytestmark = pytest.mark.e2e  # orchestrator runs: pytest -m e2e
 
 SMOKE = REPO / "presets" / "smoke.yaml"
@@ -33,19 +39,6 @@ def shared_data() -> Path:
     if not (path / "senteval" / "downstream").is_dir():
         pytest.skip(f"no local data at {path} (set CSE_DATA_DIR)")
     return path
-
-
-def ci_sized(params: dict[str, Any]) -> dict[str, Any]:
-    """The smoke preset's runs cut to 40 steps (640 sentences of 16) with dev evaluations every
-    10, and the figures' simulation to 50 batches a cell: every stage and check still runs, in a
-    fraction of the CPU time CI has."""
-    params["data"]["max_sentences"] = 640
-    params["train"].update(eval_steps=10, checkpoint_steps=20, log_steps=5)
-    params["figures"]["batches"] = 50  # the simulation's shape, in a second
-    # the pretrained MiniLM baseline's SentEval is minutes of CPU: its evaluation and report
-    # rows run in the release tier; here the baseline of ci_params (STS-B only) covers them
-    params["baselines"] = {}
-    return params
 
 
 def ci_params() -> dict[str, Any]:
@@ -80,6 +73,14 @@ def snakemake(root: Path, *extra: str, runs_dir: Path | None = None) -> str:
 def dvc_repro(root: Path, runs_dir: Path | None = None) -> str:
     # one thread, as `snakemake --cores 1` gives its jobs: a CPU run's last bits depend on it
     return run(["dvc", "repro"], root, runs_dir, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def built_by_both(tmp: Path, params: dict[str, Any]) -> dict[str, Path]:
+    """A workspace of ``params`` under ``tmp``/<tool> built by each orchestrator."""
+    roots = {tool: project_copy(tmp / tool, params) for tool in ("snakemake", "dvc")}
+    snakemake(roots["snakemake"])
+    dvc_repro(roots["dvc"])
+    return roots
 
 
 def senteval_scores(root: Path, experiment: str) -> dict[str, Any]:

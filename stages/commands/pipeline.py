@@ -76,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         machine = Machine(args.gpu or DEFAULT_GPU, args.gpu is not None or visible_gpus() > 0)
         print(f"dry run of {args.params}")
         print(format_dry_run(plan, dry_run(plan, args.params, machine), machine))
+        # scipy and the published numbers: loaded for this command only
+        from stages.reporting.seed_power import format_seed_power, seed_power
+
+        print(format_seed_power(plan, seed_power(plan)))
     elif args.command == "dvc":
         jobs = build_jobs(plan, args.params)
         write_text(DVC_YAML, dvc_yaml(jobs, args.params))
