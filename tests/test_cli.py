@@ -275,14 +275,19 @@ def test_a_count_or_length_flag_below_one_is_refused_before_any_work(
     assert f"argument {flag}: {problem}" in capsys.readouterr().err
 
 
-def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_reader_that_stops_early_gets_no_traceback(buffered: bool) -> None:
     """``cse estimates | head -1``: the rest of the output is dropped quietly, exit 141 (as a
-    command killed by SIGPIPE). The reader here closes before the command writes a line."""
+    command killed by SIGPIPE), whether the output is buffered (a pipe's default) or not. The
+    reader here closes before the command writes a line."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
     read, write = os.pipe()
     os.close(read)
     with os.fdopen(write, "w") as closed_pipe:
         done = subprocess.run(
             [sys.executable, "-m", "stages.commands", "estimates", "--params", "params.yaml"],
-            cwd=REPO, stdout=closed_pipe, stderr=subprocess.PIPE, text=True,
+            cwd=REPO, env=env, stdout=closed_pipe, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
     assert (done.returncode, done.stderr) == (141, "")

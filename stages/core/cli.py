@@ -131,6 +131,8 @@ def run(main: Callable[[Sequence[str] | None], object]) -> None:
     try:
         ensure_dvc_yaml_is_current(sys.argv[1:])
         main(None)
+        # what is still buffered, written here: a reader gone shows below, not at interpreter exit
+        sys.stdout.flush()
     except (ParamsError, StageError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
