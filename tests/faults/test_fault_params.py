@@ -52,7 +52,7 @@ BAD = {
     ),
     "arccon-margin-120": (
         with_methods("  simcse:\n    objective: {name: arccon, margin_deg: 120}\n"),
-        "methods.simcse.objective.margin_deg: Input should be less than 90 (got 120)",
+        "methods.simcse.objective.margin_deg: Input should be less than 90, in [0, 90) (got 120)",
         [],
     ),
 }  # fmt: skip
