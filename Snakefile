@@ -34,7 +34,8 @@ localrules:
 onstart:
     # Before the first job: the matrix's size, and no silent weeks of training on a CPU.
     print(cpu_guard.summary(JOBS.plan, PARAMS_FILE))
-    stop = cpu_guard.cpu_guard(JOBS.plan, PARAMS_FILE)
+    # and no DVC command working in the workspace meanwhile (workflow/rules/dvc_lock.py)
+    stop = share_dvc_lock() or cpu_guard.cpu_guard(JOBS.plan, PARAMS_FILE)
     if stop:
         raise WorkflowError(stop)
 

@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run = plan.run(args.experiment)
     main_process = os.environ.get("RANK", "0") == "0"
     url = store_url(params.store.url)
-    store = SharedStore(url) if url else None
+    store = SharedStore(url, params.store.settings()) if url else None
     stored = is_complete(run.run_dir)
     if not stored:
         obtain(run, plan, args.params, store, main_process)

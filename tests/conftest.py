@@ -19,7 +19,12 @@ SHARED_DATA = Path(os.environ.get("CSE_DATA_DIR", REPO.parent / "shared" / "data
 # modules in collection order, so these start at once on the two workers and the short ones fill
 # in around them (by default xdist starts the modules with the most tests first, and these have
 # the fewest).
-LONGEST_FIRST = ("test_smoke_preset.py", "test_senteval_conformance.py", "test_end_to_end.py")
+LONGEST_FIRST = (
+    "test_smoke_preset.py",
+    "test_senteval_conformance.py",
+    "test_end_to_end.py",
+    "test_two_orchestrators.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -110,6 +110,9 @@ def test_steps_follow_corpus_epochs_batch_and_caps() -> None:
     small = parse_params({**MATRIX, "data": {"corpus": "wiki1m", "max_sentences": 640},
                           "train": {"epochs": 3}})  # fmt: skip
     assert train_steps(small, small.resolve("simcse", "base")) == 30
+    longer = parse_params({**MATRIX, "data": {"corpus": "wiki1m", "max_sentences": 640},
+                           "train": {"max_steps": 25}})  # fmt: skip
+    assert train_steps(longer, longer.resolve("simcse", "base")) == 25  # into epochs 2 and 3
     accumulated = parse_params({**MATRIX, "train": {"gradient_accumulation_steps": 4}})
     settings = accumulated.resolve("simcse", "base")
     assert train_steps(accumulated, settings) == 15_625 // 4 + 1  # updates, not batches

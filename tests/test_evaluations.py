@@ -130,5 +130,38 @@ def test_data_outside_the_workspace_data_folder_is_identified_by_its_files(
     before = senteval_id(raw)
     gold.write_text("a\tb\t4.0\n")
     assert senteval_id(raw) != before
-    evaluations["mteb"] = {**evaluations.get("mteb", {}), "senteval_dir": str(own)}
+    # STS12 is read from senteval_dir (the smoke preset's STSBenchmark is not: it would be refused)
+    evaluations["mteb"] = {
+        **evaluations.get("mteb", {}),
+        "tasks": ["STS12"],
+        "senteval_dir": str(own),
+    }
     assert own in parse_params(raw).evaluations.mteb.reads()
+
+
+def test_the_senteval_encoding_is_in_the_id_only_when_not_the_default() -> None:
+    """``encoding: distinct`` (the default, what every evaluation stored before the switch
+    computed) hashes as the section did without the key; ``senteval_batches`` is another id,
+    and a stored record without the key counts as distinct for carry-over."""
+    from stages.evaluations.senteval import mismatches
+
+    raw = smoke()
+    name = "simcse.tiny-bert.s42"
+
+    def senteval_id(tree: dict) -> str:
+        plan = plan_experiments(parse_params(tree))
+        return plan.evaluation_id("senteval", plan.experiment(name))
+
+    default = senteval_id(raw)
+    assert "encoding" not in parse_params(raw).evaluations.senteval.model_dump(mode="json")
+    section = raw.setdefault("evaluations", {}).setdefault("senteval", {})
+    section["encoding"] = "distinct"
+    assert senteval_id(raw) == default
+    section["encoding"] = "senteval_batches"
+    assert senteval_id(raw) != default
+
+    batched = parse_params(raw).evaluations.senteval
+    record = {"protocol": {"tasks": list(batched.tasks), "mode": batched.mode,
+                           "classifier": {"seed": batched.seed}}}  # fmt: skip
+    assert mismatches(record, batched) == ["encoding: 'distinct', not 'senteval_batches'"]
+    assert mismatches(record, batched.model_copy(update={"encoding": "distinct"})) == []

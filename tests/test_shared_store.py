@@ -22,7 +22,13 @@ import stages.training.run_folder as runner
 from stages.core.errors import StageError
 from stages.core.storage.run_folders import RUN_FILES
 from stages.core.storage.run_lock import RunLocked, machine
-from stages.core.storage.shared_store import MANIFEST, SharedStore, StoreError, read_origin
+from stages.core.storage.shared_store import (
+    MANIFEST,
+    SharedStore,
+    StoreError,
+    StoreSettings,
+    read_origin,
+)
 
 TINY = {
     "data": {"source": "local", "corpus": "wiki1m_head_11913", "max_sentences": 240},
@@ -147,19 +153,20 @@ def test_a_damaged_object_is_refused_by_name(
 
 
 def test_an_interrupted_upload_is_never_complete(published: Path, s3_url: str, monkeypatch):
-    store = SharedStore(s3_url)
+    store = SharedStore(s3_url, StoreSettings(retries=2, backoff_s=0.01))
     folder = run_dir(published)
     calls = []
 
-    def put_twice_then_fail(src: str, dst: str) -> None:
+    def put_twice_then_fail(src: str, dst: str, **kwargs) -> None:
         calls.append(dst)
         if len(calls) > 2:
             raise ConnectionError("connection lost")
         store.fs.pipe_file(dst, Path(src).read_bytes())
 
     monkeypatch.setattr(store.fs, "put_file", put_twice_then_fail)
-    with pytest.raises(ConnectionError):
+    with pytest.raises(StoreError, match=rf"publishing it to {s3_url} failed at .*connection lost"):
         store.publish("0" * 16, folder, EXPERIMENT)
+    assert len(calls) == 2 + 3  # the third file tried 3 times (retries: 2)
     assert not store.fs.exists(f"{store.root}/{'0' * 16}/{MANIFEST}")
     assert store.manifest("0" * 16) is None
     assert "0" * 16 not in store.run_ids()
@@ -391,27 +398,34 @@ def test_a_store_on_this_machine_has_every_file_on_the_disk_before_the_manifest(
 ) -> None:
     """The manifest is the commit point: written while the files were still in the page cache,
     a crash could leave a complete-looking run of empty files in the store (a fetch would then
-    refuse it as damaged; another workspace could not use it until `runs gc`)."""
+    refuse it as damaged; another workspace could not use it until `runs gc`). It is written
+    under a temporary name, flushed, and renamed: never seen half-written."""
     store = SharedStore(str(tmp_path / "store"))
     source = tmp_path / "trained" / "0123456789abcdef"
     complete_run(source, EXPERIMENT)
     events: list[str] = []
-    real_fsync, real_pipe = os.fsync, store.fs.pipe_file
+    real_fsync, real_mv = os.fsync, store.fs.mv
 
     def fsync(fd: int) -> None:
         events.append(os.readlink(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
-    def pipe_file(path: str, data: bytes, **kwargs) -> None:
-        events.append(f"manifest written: {path}")
-        real_pipe(path, data, **kwargs)
+    def mv(path1: str, path2: str, **kwargs) -> None:
+        events.append(f"manifest renamed: {path1} -> {path2}")
+        real_mv(path1, path2, **kwargs)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(store.fs, "pipe_file", pipe_file)
+    monkeypatch.setattr(store.fs, "mv", mv)
     store.publish(source.name, source, EXPERIMENT)
 
     stored = tmp_path / "store" / source.name
-    committed = events.index(f"manifest written: {stored / MANIFEST}")
-    assert {str(stored / rel) for rel in RUN_FILES} <= set(events[:committed])
-    assert set(events[committed + 1 :]) == {str(stored / MANIFEST), str(stored)}
+    [committed] = [i for i, e in enumerate(events) if e.startswith("manifest renamed: ")]
+    temporary, _, final = events[committed].removeprefix("manifest renamed: ").partition(" -> ")
+    assert final == str(stored / MANIFEST) and Path(temporary).parent == stored
+    assert Path(temporary).name.startswith(f".{MANIFEST}.") and temporary.endswith(".tmp")
+    assert {str(stored / rel) for rel in RUN_FILES} | {temporary} <= set(events[:committed])
+    assert set(events[committed + 1 :]) == {str(stored)}
     assert store.verify(source.name) == []
+    assert sorted(p.name for p in stored.iterdir()) == sorted(
+        {*(r.split("/")[0] for r in RUN_FILES), MANIFEST}
+    )

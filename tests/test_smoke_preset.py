@@ -25,7 +25,11 @@ def smoke_preset(size: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "size", ["ci", pytest.param("preset", marks=pytest.mark.full)], ids=["ci-sized", "as committed"]
+    "size",
+    # as committed (200-step runs) under both orchestrators it takes about half an hour on two
+    # cores: beyond the timeout every other test keeps to
+    ["ci", pytest.param("preset", marks=[pytest.mark.full, pytest.mark.timeout(5400)])],
+    ids=["ci-sized", "as committed"],
 )
 def test_smoke_preset_yields_every_table_and_figure_under_both_orchestrators(
     tmp_path: Path, size: str

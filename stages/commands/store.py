@@ -3,14 +3,17 @@
 cse store list                   every complete run in the store
 cse store pull EXPERIMENT        fetch one run of the matrix (checked)
 cse store push                   publish every complete local run it lacks
-cse store verify                 rehash every stored run; report damage
-cse store gc --keep P [P ...]    delete stored runs no listed params file uses (asks first;
-                                 --yes to skip the question)
+cse store verify                 rehash every stored run; report damage, and list the leftovers
+                                 (leases, temporaries, uploads never committed) with their age
+cse store gc [--keep P [P ...]]  delete leftovers older than --older-than (default 1d: a lease
+                                 only once lapsed) and, with --keep, stored runs no listed
+                                 params file uses (asks first; --yes to skip the question)
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -20,14 +23,48 @@ from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import DEFAULT_PARAMS, load_params
 from stages.core.storage import layout
 from stages.core.storage.run_folders import is_complete, read_config
-from stages.core.storage.shared_store import SharedStore, store_url
+from stages.core.storage.shared_store import (
+    LEFTOVER_AGE_S,
+    Leftover,
+    SharedStore,
+    store_url,
+)
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def open_store(params_file: str) -> SharedStore:
-    url = store_url(load_params(params_file).store.url)
+    params = load_params(params_file)
+    url = store_url(params.store.url)
     if not url:
         raise StageError(f"no runs store: set store.url in {params_file} or $CSE_STORE_URL")
-    return SharedStore(url)
+    return SharedStore(url, params.store.settings())
+
+
+def age_s(text: str) -> float:
+    """'90s', '30m', '12h', '7d' or plain seconds."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text!r}: an age such as 3600, 90s, 30m, 12h or 7d")
+    return float(found[1]) * UNITS[found[2] or "s"]
+
+
+def shown_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "age unknown"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit} old"
+    return f"{seconds:.0f} s old"
+
+
+def doomed_leftovers(store: SharedStore, older_than: float) -> list[Leftover]:
+    """Leftovers old enough to remove: by the store's clock; a lease only once lapsed."""
+    return [
+        item
+        for item in store.leftovers()
+        if item.lapsed and item.age_s is not None and item.age_s >= older_than
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -36,6 +73,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("experiment", nargs="?", help="pull: the experiment whose run to fetch")
     parser.add_argument("--params", default=str(DEFAULT_PARAMS))
     parser.add_argument("--keep", nargs="+", default=[], help="gc: params files whose runs stay")
+    parser.add_argument(
+        "--older-than", type=age_s, default=LEFTOVER_AGE_S, metavar="AGE",
+        help="gc: leftovers (leases, temporaries, uploads never committed) at least this old "
+        "by the store's clock are removed (3600, 90s, 30m, 12h, 7d; default 1d)",
+    )  # fmt: skip
     parser.add_argument("--yes", action="store_true", help="gc: delete without asking")
     args = parser.parse_args(argv)
     store = open_store(args.params)
@@ -62,29 +104,49 @@ def main(argv: Sequence[str] | None = None) -> None:
                 store.publish(folder.name, folder, experiment)
                 print(f"published {folder.name} ({experiment})")
     elif args.command == "verify":
-        problems = [p for run_id in store.run_ids() for p in store.verify(run_id)]
+        run_ids = store.run_ids()
+        problems = [p for run_id in run_ids for p in store.verify(run_id)]
         for problem in problems:
             print(problem)
-        print(f"{len(store.run_ids())} runs checked, {len(problems)} problem(s)")
+        leftovers = store.leftovers()
+        for item in leftovers:
+            state = "" if item.lapsed else ", held"
+            print(f"leftover: {item.path}: {item.what} ({shown_age(item.age_s)}{state})")
+        print(
+            f"{len(run_ids)} runs checked, {len(problems)} problem(s), {len(leftovers)} "
+            "leftover(s) (`cse store gc` removes those older than --older-than)"
+        )
         if problems:
             sys.exit(1)
     else:
-        if not args.keep:
-            raise StageError("gc needs --keep PARAMS [PARAMS ...]: the runs they use stay")
+        gc(store, args)
+
+
+def gc(store: SharedStore, args: argparse.Namespace) -> None:
+    doomed: list[str] = []
+    if args.keep:
         kept = {
             run.run_id
             for file in args.keep
             for run in plan_experiments(load_params(file)).runs.values()
         }
         doomed = [run_id for run_id in store.run_ids() if run_id not in kept]
-        if not doomed:
-            print("nothing to delete")
-            return
+    leftovers = doomed_leftovers(store, args.older_than)
+    if not doomed and not leftovers:
+        print("nothing to delete" + ("" if args.keep else " (runs: give --keep PARAMS ...)"))
+        return
+    if doomed:
         print(f"{len(doomed)} run(s) in {store.url} are used by none of {', '.join(args.keep)}:")
         print("\n".join(f"  {run_id}" for run_id in doomed))
-        if not args.yes and input("delete them? [y/N] ").strip().lower() != "y":
-            print("kept")
-            return
-        for run_id in doomed:
-            store.delete(run_id)
-        print(f"deleted {len(doomed)} run(s)")
+    if leftovers:
+        print(f"{len(leftovers)} leftover(s) in {store.url} at least "
+              f"{shown_age(args.older_than).removesuffix(' old')} old:")  # fmt: skip
+        print("\n".join(f"  {i.path}: {i.what} ({shown_age(i.age_s)})" for i in leftovers))
+    if not args.yes and input("delete them? [y/N] ").strip().lower() != "y":
+        print("kept")
+        return
+    for run_id in doomed:
+        store.delete(run_id)
+    for item in leftovers:
+        store.remove(item)
+    print(f"deleted {len(doomed)} run(s) and {len(leftovers)} leftover(s)")

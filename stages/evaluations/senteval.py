@@ -57,18 +57,23 @@ def evaluate_encoder(
     from stages.senteval_protocol.embeddings import EncoderOutputError
     from stages.senteval_protocol.protocol import evaluate
 
+    senteval_batches = settings.encoding == "senteval_batches"
+    # SentEval's batches are encoded per occurrence: nothing to cache per distinct sentence
     cache = EmbeddingCache(cache_dir, encoder.fingerprint) if cache_dir else None
     try:
         return evaluate(
-            encoder,
+            # each of SentEval's batches as one padded batch, as SimCSE's batcher encodes it
+            encoder.encode_batch if senteval_batches else encoder,
             settings.tasks,
             data_dir or settings.data_dir,
             settings.mode,
-            batch_size=None,  # the encoder batches by token length itself
+            # distinct: the encoder batches by token length itself
+            batch_size=settings.batch_size if senteval_batches else None,
             seed=settings.seed,
             device=encoder.device,
-            cache=cache,
+            cache=None if senteval_batches else cache,
             encoder=encoder.describe(),
+            encoding=settings.encoding,
         )
     except (DataFormatError, EncoderOutputError, EncoderError) as err:
         raise StageError(str(err)) from None
@@ -85,6 +90,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument(
         "--batch-size", type=positive_int, help="sentences per encoder call; default: params"
     )
+    p.add_argument(
+        "--encoding",
+        choices=("distinct", "senteval_batches"),
+        help="distinct sentences once (fast) or SentEval's own batches; default: params",
+    )
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="embedding cache root")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     args = parse_target_arguments(p, argv)
@@ -92,7 +102,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     params = project_params(args.params)
     settings = params.evaluations.senteval if params else SentEvalParams()
-    overrides = {"tasks": args.tasks, "mode": args.mode, "batch_size": args.batch_size}
+    overrides = {
+        "tasks": args.tasks,
+        "mode": args.mode,
+        "batch_size": args.batch_size,
+        "encoding": args.encoding,
+    }
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     data_dir = args.data_dir or settings.data_dir
     try:  # before loading a model, which can take a while
@@ -105,7 +120,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     # the matrix's own evaluation (no command-line overrides) is stored under its id
     as_planned = args.experiment and not any(
-        (args.tasks, args.mode, args.batch_size, args.data_dir, args.output, args.no_cache)
+        (
+            args.tasks,
+            args.mode,
+            args.batch_size,
+            args.encoding,
+            args.data_dir,
+            args.output,
+            args.no_cache,
+        )
     )
     cache_dir = None if args.no_cache else args.cache_dir
     plan = plan_experiments(params) if params and args.experiment else None
@@ -148,8 +171,15 @@ def mismatches(record: dict[str, Any], settings: SentEvalParams) -> list[str]:
         "tasks": tuple(protocol.get("tasks", ())),
         "mode": protocol.get("mode"),
         "seed": protocol.get("classifier", {}).get("seed"),
+        # records from before the switch encoded distinct sentences
+        "encoding": protocol.get("encoding", "distinct"),
     }
-    planned = {"tasks": settings.tasks, "mode": settings.mode, "seed": settings.seed}
+    planned = {
+        "tasks": settings.tasks,
+        "mode": settings.mode,
+        "seed": settings.seed,
+        "encoding": settings.encoding,
+    }
     return [
         f"{k}: {recorded[k]!r}, not {planned[k]!r}" for k in planned if recorded[k] != planned[k]
     ]

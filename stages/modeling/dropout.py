@@ -46,6 +46,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from stages.modeling.batched_attention import batched_attention
+from stages.modeling.dropout_tape import active_tape
 
 # The attention implementation ``use_fast_dropout`` gives an SDPA backbone; SDPA's mask form.
 FAST_DROPOUT_SDPA = "sdpa_fast_dropout"
@@ -84,9 +85,24 @@ def _random_words(count: int) -> np.ndarray:
 def dropout_mask(dropout: nn.Dropout, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     """The scaled mask ``dropout`` (in training mode) applies to a ``like``-typed tensor of
     ``shape``: the same random numbers as calling it on such a tensor."""
-    if isinstance(dropout, FastDropout) and like.device.type == "cpu":
-        return cpu_keep_mask(shape, dropout.p, like.dtype)
+    if isinstance(dropout, FastDropout):
+        return _keep_mask(shape, dropout.p, like)
     return F.dropout(like.new_ones(shape), dropout.p, training=True)
+
+
+def _keep_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    """A ``FastDropout``'s scaled mask: from the playing ``MaskTape`` (a cached contrastive
+    step, ``stages.modeling.dropout_tape``), else drawn now."""
+    tape = active_tape()
+    if tape is not None:
+        return tape.keep_mask(shape, p, like, _draw_keep_mask)
+    return _draw_keep_mask(shape, p, like)
+
+
+def _draw_keep_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
+    if like.device.type == "cpu":
+        return cpu_keep_mask(shape, p, like.dtype)
+    return F.dropout(like.new_ones(shape), p, training=True)
 
 
 class FastDropout(nn.Dropout):
@@ -95,9 +111,9 @@ class FastDropout(nn.Dropout):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0:
             return x
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" and active_tape() is None:
             return F.dropout(x, self.p, training=True, inplace=self.inplace)
-        return x * cpu_keep_mask(tuple(x.shape), self.p, x.dtype)
+        return x * _keep_mask(tuple(x.shape), self.p, x)
 
 
 def fast_dropout_attention(
@@ -126,7 +142,13 @@ def fast_dropout_attention(
         and kwargs.get("s_aux") is None
         and key.shape[1] == heads
     )
-    if dropout == 0 or query.device.type != "cpu" or not plain:
+    tape = active_tape()
+    if tape is not None and dropout > 0 and not plain:
+        raise RuntimeError(
+            "a cached contrastive step replays attention dropout only for an encoder's plain "
+            "attention (no causal mask, position bias, soft-capping or grouped heads)"
+        )
+    if dropout == 0 or (query.device.type != "cpu" and tape is None) or not plain:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask,
             dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs,
@@ -134,7 +156,10 @@ def fast_dropout_attention(
     scale = size**-0.5 if scaling is None else scaling
 
     def drop(probs: torch.Tensor) -> torch.Tensor:
-        return probs * cpu_keep_mask(tuple(probs.shape), dropout, probs.dtype)
+        # drawn as (batch, heads, queries, keys): the same numbers as over the (batch · heads)
+        # rows, and a chunk's rows are its batch rows
+        keep = _keep_mask(tuple(query.shape[:2]) + tuple(probs.shape[1:]), dropout, probs)
+        return probs * keep.view(probs.shape)
 
     context = batched_attention(query, key, value, attention_mask, scale, drop)
     return context.contiguous(), None

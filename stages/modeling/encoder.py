@@ -6,8 +6,10 @@ overrides it and is recorded as such). It tokenises with padding and truncation 
 default, i.e. no truncation for BERT-sized models, as SimCSE's evaluation), encodes each distinct
 sentence once in length-sorted batches (``length_batches``: mostly of one length, so without
 padding) under ``torch.inference_mode`` on the GPU when there is one, and returns float32 rows in
-input order. Non-finite embeddings raise an error naming the model and an offending sentence
-instead of silently scoring zeros.
+input order. ``encode_batch`` is SentEval's batcher instead (one padded forward of the
+sentences as given, every occurrence), for the SentEval protocol's ``senteval_batches``.
+Non-finite embeddings raise an error naming the model and an offending sentence instead of
+silently scoring zeros.
 
 ``fingerprint`` identifies what the encoder computes (weights, pooler, tokenisation, precision),
 for caching embeddings: a trained checkpoint's run id, else a hash of the model files, else the hub
@@ -129,6 +131,44 @@ def embed(
         pending.read_into(rows, distinct, name)
     index = {s: i for i, s in enumerate(distinct)}
     return rows[[index[s] for s in sentences]]
+
+
+def embed_batch(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: Sequence[str],
+    pooler: str,
+    *,
+    max_length: int = 512,
+    precision: Precision = "fp32",
+    name: str = "model",
+) -> np.ndarray:
+    """(len(sentences), hidden) float32 embeddings of ``sentences`` as one padded batch, in the
+    order given, every occurrence encoded: SimCSE's ``evaluation.py`` batcher (the tokenizer
+    pads to the batch's longest sentence, one forward, pooled over the attention mask). What the
+    SentEval protocol's ``senteval_batches`` encoding calls with each of SentEval's batches: a
+    sentence's last bits then depend on its batch's padding, as they do in SentEval."""
+    if not sentences:
+        return np.zeros((0, model.config.hidden_size), dtype=np.float32)
+    device = next(model.parameters()).device
+    autocast = torch.autocast(device.type, dtype=DTYPES.get(precision), enabled=precision != "fp32")
+    batch = tokenizer(
+        list(sentences), padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+    )
+    adapter = find_adapter(model.config.model_type)
+    drop_types = adapter is not None and not adapter.token_type_ids
+    batch = {
+        k: v.to(device) for k, v in batch.items() if not (drop_types and k == "token_type_ids")
+    }
+    with torch.inference_mode(), autocast:
+        outputs = model(**batch, output_hidden_states=needs_hidden_states(pooler))
+        vectors = pool(outputs, batch["attention_mask"], pooler, pooler_head(model))
+    rows = vectors.to(torch.float32).cpu().numpy()
+    finite = np.isfinite(rows).all(axis=1)
+    if not finite.all():
+        bad = sentences[int(np.flatnonzero(~finite)[0])]
+        raise EncoderError(f"{name} produced a non-finite embedding, e.g. for {bad!r}")
+    return rows
 
 
 class _PendingVectors:
@@ -270,6 +310,19 @@ class SentenceEncoder:
             precision=self.precision,
             name=self.model_name,
             unpad=self.unpad,
+        )
+
+    def encode_batch(self, sentences: Sequence[str]) -> np.ndarray:
+        """``sentences`` encoded as one padded batch, every occurrence (``embed_batch``): the
+        batcher SentEval's own batches are sent to (``senteval.encoding: senteval_batches``)."""
+        return embed_batch(
+            self.model,
+            self.tokenizer,
+            sentences,
+            self.pooler,
+            max_length=self.max_length,
+            precision=self.precision,
+            name=self.model_name,
         )
 
     @cached_property

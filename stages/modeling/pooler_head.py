@@ -6,6 +6,11 @@ DistilBERT, DeBERTa-v2/v3 and ModernBERT have none, so training with pooler ``cl
 ``save_pretrained`` then writes its weights as ``pooler.dense.*`` beside the encoder's; loading
 such a checkpoint with AutoModel drops them as unexpected keys, so the evaluators restore them
 with ``restore_pooler_head`` / ``saved_head_weights``.
+
+Paper 002's released code trains another head (``train.head``): Linear only on BERT, tanh then
+Linear on RoBERTa; ``use_head_kind`` puts a ``PoolerHead`` of that kind in the pooler slot, with
+the same parameter names. Such a head is for training only (the evaluators read a saved head as
+Linear then tanh, so the params refuse ``eval_pooler: cls`` with it).
 """
 
 from __future__ import annotations
@@ -25,16 +30,28 @@ WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 
 
-class PoolerHead(nn.Module):
-    """BERT's pooler: tanh(dense(first token's state))."""
+HEAD_KINDS = ("simcse", "linear", "tanh_linear")
 
-    def __init__(self, hidden_size: int) -> None:
+
+class PoolerHead(nn.Module):
+    """BERT's pooler: tanh(dense(first token's state)) (``kind`` simcse); ``linear``:
+    dense(first), ``tanh_linear``: dense(tanh(first)) (paper 002's released heads)."""
+
+    def __init__(self, hidden_size: int, kind: str = "simcse") -> None:
         super().__init__()
+        if kind not in HEAD_KINDS:
+            raise ValueError(f"unknown head '{kind}'; allowed: {', '.join(HEAD_KINDS)}")
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.activation = nn.Tanh()
+        self.kind = kind
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.dense(hidden_states[:, 0]))
+        first = hidden_states[:, 0]
+        if self.kind == "linear":
+            return self.dense(first)
+        if self.kind == "tanh_linear":
+            return self.dense(self.activation(first))
+        return self.activation(self.dense(first))
 
 
 def pooler_head(model: nn.Module) -> nn.Module | None:
@@ -56,6 +73,18 @@ def attach_pooler_head(encoder: PreTrainedModel) -> nn.Module:
         head = PoolerHead(encoder.config.hidden_size).to(encoder.device, encoder.dtype)
         encoder.pooler = head
     return head
+
+
+def use_head_kind(encoder: PreTrainedModel, kind: str) -> nn.Module:
+    """The encoder's pooler computing ``kind`` (``HEAD_KINDS``): its own (or attached) pooler for
+    simcse, else a ``PoolerHead`` of that kind in its slot, holding the same dense layer."""
+    head = attach_pooler_head(encoder)
+    if kind == "simcse":
+        return head
+    replacement = PoolerHead(encoder.config.hidden_size, kind)
+    replacement.dense = head.dense
+    encoder.pooler = replacement
+    return replacement
 
 
 def saved_head_weights(model_dir: str | Path) -> dict[str, torch.Tensor] | None:

@@ -43,6 +43,9 @@ RESULT_SCHEMA = {
     "value": pl.Float64,
 }
 CURVE_FILES = {"steps": layout.train_steps_file, "dev": layout.dev_curve_file}
+# Paper 003 Fig. 3a's x axis, the final d_ij: the mean of the last steps' logged batch gaps
+# (``batch_euclidean_gap``, its Fig. 3 caption's definition; one batch's alone is noisy).
+FINAL_GAP_STEPS = 100
 
 
 @dataclass(frozen=True)
@@ -144,8 +147,20 @@ def mteb_rows(result: dict[str, Any]) -> list[tuple[str, str, float]]:
     return rows
 
 
+def final_gap(steps: pl.DataFrame | None) -> float | None:
+    """The final d_ij of paper 003's Fig. 3 (mean_i [mean_j ||h_i - h'_j|| - ||h_i - h'_i||] of
+    a training batch): the mean over the last ``FINAL_GAP_STEPS`` logged steps; None when the
+    run's steps did not log it."""
+    column = "batch_euclidean_gap"
+    if steps is None or column not in steps.columns:
+        return None
+    gaps = steps.sort("step")[column].drop_nulls()
+    return float(gaps.tail(FINAL_GAP_STEPS).mean()) if gaps.len() else None
+
+
 def curve_rows(curves: dict[str, pl.DataFrame]) -> list[tuple[str, str, float]]:
-    """Means over training steps of the batch angles (SimACE Figs. 4 and 7 captions)."""
+    """Means over training steps of the batch angles (SimACE Figs. 4 and 7 captions), and the
+    final batch gap d_ij (paper 003 Fig. 3a)."""
     steps = curves.get("steps")
     rows = []
     for column, metric in (
@@ -154,6 +169,9 @@ def curve_rows(curves: dict[str, pl.DataFrame]) -> list[tuple[str, str, float]]:
     ):
         if steps is not None and column in steps.columns and steps[column].drop_nulls().len():
             rows.append(("train_batch", metric, float(steps[column].drop_nulls().mean())))
+    gap = final_gap(steps)
+    if gap is not None:
+        rows.append(("train_batch", "final_euclidean_gap", gap))
     return rows
 
 

@@ -10,7 +10,9 @@
   method;
 - sweeps: STS avg. against each swept setting, one figure per setting, for the methods whose
   resolved settings differ only in it (a grid, ``stages/core/schema/sweeps.py``, or methods
-  written out by hand), the method's published values overlaid where the paper has them.
+  written out by hand), the method's published values overlaid where the paper has them;
+- paper 003 Fig. 3a: STS avg. and transfer avg. against the final batch gap d_ij of the runs of
+  a margin sweep (its L_mpt margins), each point labelled with its margin.
 
 Every legend sits outside the panels, below or beside them, in ``styles.FONT_SIZE``; figures
 are at most the page's width, so the page shows them at their own size.
@@ -36,7 +38,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from stages.core.schema.sweeps import SECTIONS
-from stages.reporting.collect import Planned
+from stages.reporting.collect import FINAL_GAP_STEPS, Planned
 from stages.reporting.order import sorted_names
 from stages.reporting.styles import DPI, FIGURE_WIDTH, FONT_SIZE, SEED_COLOUR, RunStyles, parse
 from stages.reporting.tables import sweep_values
@@ -44,6 +46,8 @@ from stages.reporting.tables import sweep_values
 # The sweeps the papers print, under the names their figures had; any other setting's sweep is
 # drawn as sweep_<setting>.
 SWEEP_FIGURES = {"objective.tau": "temperature_sweep", "objective.margin_deg": "margin_ablation"}
+# Sweeps drawn also against the final d_ij (paper 003 Fig. 3a: L_mpt trained with different m).
+FINAL_GAP_FIGURES = {"objective.margin": "final_gap_sweep"}
 LEGEND_COLUMNS = 6
 ANGLE_BINS = 60
 ANGLE_COLUMNS = 4
@@ -461,14 +465,84 @@ def sweep_plot(sweeps: list[Sweep], results: pl.DataFrame, published: pl.DataFra
     return Plot(sweep_name(parameter), caption, fig)
 
 
+FINAL_GAP_PANELS = (
+    ("STS_avg", "spearman", "STS avg. Spearman x100"),
+    ("TR_avg", "accuracy", "transfer avg. accuracy %"),
+)
+
+
+def final_gap_points(sweep: Sweep, results: pl.DataFrame, task: str, metric: str) -> pl.DataFrame:
+    """One row per swept value whose runs have both numbers: the value, the mean final d_ij and
+    the mean score over those runs (each run's pair joined by experiment)."""
+    runs = results.filter(pl.col("backbone") == sweep.backbone)
+    gap = runs.filter(pl.col("task") == "train_batch", pl.col("metric") == "final_euclidean_gap")
+    score = runs.filter(pl.col("task") == task, pl.col("metric") == metric)
+    pairs = gap.select("experiment", "method", gap="value").join(
+        score.select("experiment", score="value"), on="experiment"
+    )
+    rows = []
+    for value, methods in sweep.points.items():
+        found = pairs.filter(pl.col("method").is_in(methods))
+        if found.height:
+            rows.append((value, found["gap"].mean(), found["score"].mean(), found.height))
+    schema = {"value": pl.Float64, "gap": pl.Float64, "score": pl.Float64, "runs": pl.Int64}
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def final_gap_plot(sweeps: list[Sweep], results: pl.DataFrame) -> Plot | None:
+    """Paper 003 Fig. 3a: STS avg. and transfer avg. (y) against the final d_ij (x) of the runs
+    at each value of one swept setting, one line per sweep through its values in order, each
+    point labelled with its value; None where no run has both numbers."""
+    if not sweeps:
+        return None
+    (parameter,) = {s.parameter for s in sweeps}
+    swept = parameter.rsplit(".", 1)[-1]
+    fig, axes = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 4.2), layout="constrained")
+    drew = False
+    for sweep, label in zip(sweeps, _line_labels(sweeps), strict=True):
+        for ax, (task, metric, _) in zip(axes, FINAL_GAP_PANELS, strict=True):
+            points = final_gap_points(sweep, results, task, metric)
+            if not points.height:
+                continue
+            ax.plot(points["gap"], points["score"], marker="o", label=label)
+            for value, x, y in points.select("value", "gap", "score").iter_rows():
+                ax.annotate(
+                    f"{swept}={value:g}", (x, y), xytext=(4, 4), textcoords="offset points",
+                    fontsize=FONT_SIZE - 1,
+                )  # fmt: skip
+            drew = True
+    if not drew:
+        plt.close(fig)
+        return None
+    for ax, (_, _, ylabel) in zip(axes, FINAL_GAP_PANELS, strict=True):
+        ax.set_xlabel("final d_ij (mean of the last training batches)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
+    _legend(fig, list(handles.values()))
+    caption = (
+        f"STS avg. and transfer avg. against the final d_ij of runs that differ only in "
+        f"{parameter} (paper 003 Fig. 3a, its L_mpt margins): d_ij = mean_i [mean_(j != i) "
+        "||h_i - h'_j|| - ||h_i - h'_i||] of a training batch, averaged over the last "
+        f"{FINAL_GAP_STEPS} steps; scores of the selected checkpoint; means over seeds."
+    )
+    return Plot(FINAL_GAP_FIGURES[parameter], caption, fig)
+
+
 def sweep_plots(
     planned: Iterable[Planned], results: pl.DataFrame, published: pl.DataFrame
 ) -> list[Plot]:
-    """One figure per swept setting of the plan."""
+    """One figure per swept setting of the plan, and paper 003 Fig. 3a's against the final d_ij
+    for the settings of ``FINAL_GAP_FIGURES``."""
     by_parameter: dict[str, list[Sweep]] = {}
     for sweep in detect_sweeps(planned):
         by_parameter.setdefault(sweep.parameter, []).append(sweep)
-    plots = (sweep_plot(sweeps, results, published) for sweeps in by_parameter.values())
+    plots = [sweep_plot(sweeps, results, published) for sweeps in by_parameter.values()]
+    plots += [
+        final_gap_plot(sweeps, results)
+        for parameter, sweeps in by_parameter.items()
+        if parameter in FINAL_GAP_FIGURES
+    ]
     return [p for p in plots if p is not None]
 
 

@@ -1,9 +1,11 @@
 """``evaluate``: score any ``encode(list[str]) -> array`` with the SentEval protocol.
 
 This is SentEval's batcher model: the protocol hands the encoder batches of sentences (SentEval's
-tokens joined by spaces) and gets back one row per sentence. Each distinct sentence is encoded
-once across all tasks of a call, in batches of similar length; with a cache, a task's embeddings
-are read back instead of encoded. The result records the protocol settings next to the numbers.
+tokens joined by spaces) and gets back one row per sentence. With the default encoding
+(``distinct``) each distinct sentence is encoded once across all tasks of a call, in batches of
+similar length; with a cache, a task's embeddings are read back instead of encoded. With
+``senteval_batches`` the encoder gets SentEval's own batches (``senteval_batches.py``). The
+result records the protocol settings next to the numbers.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from stages.senteval_protocol.loaders import (
     downstream_dir,
     load_task,
 )
+from stages.senteval_protocol.senteval_batches import SentEvalBatches
 from stages.senteval_protocol.sts import (
     ALIGNMENT_THRESHOLD,
     UNIFORMITY_T,
@@ -38,6 +41,8 @@ from stages.senteval_protocol.sts import (
 from stages.senteval_protocol.transfer import run_transfer
 
 log = logging.getLogger(__name__)
+
+ENCODINGS = ("distinct", "senteval_batches")
 
 
 def evaluate(
@@ -52,6 +57,7 @@ def evaluate(
     cache: EmbeddingCache | None = None,
     empty_sentence: str = "",
     encoder: dict[str, Any] | None = None,
+    encoding: str = "distinct",
 ) -> dict[str, Any]:
     """Run the SentEval protocol on ``tasks`` and return the results dict.
 
@@ -63,6 +69,9 @@ def evaluate(
     ``SentenceEncoder``), which avoids most padding. ``empty_sentence`` is the text sent for
     an empty line (CR and MPQA have a few): SimCSE's batcher sends '' (the default); SentEval's
     example batchers send '.'. ``encoder`` describes the encoder, for the results.
+    ``encoding`` 'senteval_batches' sends SentEval's own batches instead (each task's samples in
+    its order, ``batch_size`` per call, every occurrence; the cache is not used): for an encoder
+    that pads each batch as SentEval's batcher does, SentEval's embeddings to the bit.
     """
     unknown = [t for t in tasks if t not in SENTEVAL_TASKS]
     if unknown:
@@ -71,23 +80,39 @@ def evaluate(
         )
     if mode not in MODES:
         raise ValueError(f"unknown mode '{mode}'; allowed: {', '.join(MODES)}")
+    if encoding not in ENCODINGS:
+        raise ValueError(f"unknown encoding '{encoding}'; allowed: {', '.join(ENCODINGS)}")
+    if encoding == "senteval_batches" and batch_size is None:
+        raise ValueError("encoding 'senteval_batches' sends SentEval's batches: give a batch_size")
     settings = dataclasses.replace(MODES[mode], seed=seed)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     downstream = downstream_dir(data_dir)
     loaded = {name: load_task(downstream, name) for name in dict.fromkeys(tasks)}  # fail early
 
     table = EmbeddingTable(encode, batch_size, cache, empty_sentence)
+    batches = (
+        SentEvalBatches(encode, batch_size, empty_sentence)
+        if encoding == "senteval_batches" and batch_size
+        else None
+    )
     results: dict[str, Any] = {}
     timings: dict[str, Any] = {}
-    for name, task in loaded.items():
+    alignment: dict[str, float] | None = None
+    for name, loaded_task in loaded.items():
         start = time.perf_counter()
-        source = table.add(name, task.texts)
+        if batches:
+            task, embed, source = batches.add(loaded_task), batches, "encoded"
+        else:
+            task, embed, source = loaded_task, table, table.add(name, loaded_task.texts)
         encoded = time.perf_counter()
         if isinstance(task, StsTask):
-            results[name] = score_sts(task, table)
+            results[name] = score_sts(task, embed)
         else:
-            results[name] = run_transfer(task, table, settings, device)
+            results[name] = run_transfer(task, embed, settings, device)
         done = time.perf_counter()
+        if name == "STSBenchmark":  # while the table holds this task's rows
+            dev = next(p for p in task.parts if p.name == "dev")
+            alignment = alignment_uniformity(embed(dev.sent1), embed(dev.sent2), dev.scores)
         timings[name] = {
             "encode_s": encoded - start,
             ("score_s" if isinstance(task, StsTask) else "classifier_s"): done - encoded,
@@ -102,7 +127,9 @@ def evaluate(
         )
 
     out: dict[str, Any] = {
-        "protocol": _protocol(settings, mode, loaded, data_dir, batch_size, empty_sentence, device),
+        "protocol": _protocol(
+            settings, mode, loaded, data_dir, batch_size, empty_sentence, device, encoding
+        ),
         "encoder": encoder,
         "tasks": results,
         "summary": _summary(results),
@@ -112,11 +139,8 @@ def evaluate(
             "classifier_s": sum(t.get("classifier_s", 0.0) for t in timings.values()),
         },
     }
-    if "STSBenchmark" in loaded:
-        dev = next(p for p in loaded["STSBenchmark"].parts if p.name == "dev")
-        out["alignment_uniformity"] = alignment_uniformity(
-            table(dev.sent1), table(dev.sent2), dev.scores
-        )
+    if alignment is not None:
+        out["alignment_uniformity"] = alignment
     return out
 
 
@@ -145,16 +169,20 @@ def table_average(scores: Iterable[float]) -> float:
     return float(np.mean([float(f"{score:.2f}") for score in scores]))
 
 
-def _protocol(settings, mode, loaded, data_dir, batch_size, empty_sentence, device) -> dict:
+def _protocol(
+    settings, mode, loaded, data_dir, batch_size, empty_sentence, device, encoding
+) -> dict:
     return {
         "reference": "SentEval (facebookresearch/SentEval) as SimCSE's evaluation.py runs it",
         "mode": mode,
         "tasks": list(loaded),
+        "encoding": encoding,
         "text": {
             "sentences": "SentEval's whitespace tokens joined by single spaces, then the "
             "encoder's tokenizer",
             "empty_sentence": empty_sentence,
             "sentences_per_encode_call": batch_size or "all new sentences of a task",
+            "batches": _ENCODING_TEXT[encoding],
         },
         "sts": {
             "similarity": "cosine u.v / (|u| |v|) per pair with numpy in the embeddings' own "
@@ -191,3 +219,11 @@ def _protocol(settings, mode, loaded, data_dir, batch_size, empty_sentence, devi
         },
         "sts_years": {n: list(STS_YEARS[n]) for n in loaded if n in STS_YEARS},
     }
+
+
+_ENCODING_TEXT = {
+    "distinct": "each distinct sentence of the evaluation encoded once, sorted by length",
+    "senteval_batches": "SentEval's batches: per task, its samples in SentEval's order (STS12-16 "
+    "pairs sorted by (len(tokens1), len(tokens2), gold score), each chunk's first then second "
+    "sentences), every occurrence encoded",
+}

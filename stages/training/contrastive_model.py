@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
 from stages.modeling.backbone_adapters import adapter_for
-from stages.modeling.pooler_head import attach_pooler_head, pooler_head
+from stages.modeling.pooler_head import pooler_head, use_head_kind
 from stages.modeling.pooling import (
     needs_hidden_states,
     pool,
@@ -43,17 +44,33 @@ from stages.modeling.unpadded import (
 )
 
 
-def reset_mlp_head(encoder: PreTrainedModel, seed: int) -> None:
+def reset_mlp_head(
+    encoder: PreTrainedModel, seed: int, kind: str = "simcse", init_std: float | None = None
+) -> None:
     """Re-initialise the pooler's dense layer as SimCSE's fresh ``MLPLayer``: weights
     N(0, initializer_range^2), zero bias (the backbone's ``_init_weights`` for Linear). A family
-    without a pooler gets one attached first."""
-    dense = attach_pooler_head(encoder).dense
+    without a pooler gets one attached first. ``kind`` (``train.head``) and ``init_std``
+    (``train.head_init_std``): paper 002's released head, weights and bias N(0, init_std^2)."""
+    dense = use_head_kind(encoder, kind).dense
     generator = torch.Generator().manual_seed(seed)
-    std = getattr(encoder.config, "initializer_range", 0.02)
+    std = getattr(encoder.config, "initializer_range", 0.02) if init_std is None else init_std
     with torch.no_grad():
         weight = torch.randn(dense.weight.shape, generator=generator) * std
         dense.weight.copy_(weight)
-        dense.bias.zero_()
+        if init_std is None:
+            dense.bias.zero_()
+        else:
+            dense.bias.copy_(torch.randn(dense.bias.shape, generator=generator) * init_std)
+
+
+def freeze_embeddings(encoder: PreTrainedModel) -> None:
+    """The embedding layer (token, position and type embeddings and their LayerNorm: every
+    parameter outside the layers and the pooler) gets no gradient, as paper 002's released code
+    trains (its ``custom_param_init``)."""
+    embeddings = getattr(encoder, "embeddings", None)
+    if not isinstance(embeddings, nn.Module):
+        raise ValueError(f"train.freeze_embeddings: {type(encoder).__name__} has no embeddings")
+    embeddings.requires_grad_(False)
 
 
 def freeze_unused_head(encoder: PreTrainedModel) -> None:
@@ -159,22 +176,65 @@ class ContrastiveModel(nn.Module):
         packing: Packing | None = None,
         triplet_packing: Packing | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None]:
-        z, z_pos = self._views(ids, mask, packing)
-        triplets = None
-        if triplet_ids is not None and triplet_mask is not None:
-            with nullcontext() if self.triplet_dropout else dropout_disabled(self.encoder):
-                embedded = self.embed(triplet_ids, triplet_mask, triplet_packing)
-                triplets = tuple(torch.tensor_split(embedded, 3))
+        passes = self.passes(ids, mask, triplet_ids, triplet_mask, packing, triplet_packing)
+        return self.assemble([self.run_pass(p) for p in passes])
+
+    def passes(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        triplet_ids: torch.Tensor | None = None,
+        triplet_mask: torch.Tensor | None = None,
+        packing: Packing | None = None,
+        triplet_packing: Packing | None = None,
+    ) -> list[EmbeddingPass]:
+        """The encoder forwards of a step, in order: the two views (one forward over the batch
+        doubled, or, with ``view_dropout='first'``, one with dropout and one without), then the
+        triplets (anchor, short, long stacked) if any."""
+        if self.view_dropout == "first":
+            views = [
+                EmbeddingPass("view1", ids, mask, packing, True),
+                EmbeddingPass("view2", ids, mask, packing, False),
+            ]
+        else:
+            doubled = packing.repeated(2) if packing is not None else None
+            both = EmbeddingPass("views", torch.cat([ids, ids]), torch.cat([mask, mask]), doubled)
+            views = [both]
+        if triplet_ids is None or triplet_mask is None:
+            return views
+        triplets = EmbeddingPass(
+            "triplets", triplet_ids, triplet_mask, triplet_packing, self.triplet_dropout
+        )
+        return [*views, triplets]
+
+    def run_pass(self, p: EmbeddingPass) -> torch.Tensor:
+        """The pass's embeddings, dropout on or off as it says."""
+        with nullcontext() if p.dropout else dropout_disabled(self.encoder):
+            return self.embed(p.ids, p.mask, p.packing)
+
+    def assemble(
+        self, embedded: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """(z, z_pos, triplets) from the embeddings of ``passes``, in their order."""
+        if self.view_dropout == "first":
+            z, z_pos, *rest = embedded
+        else:
+            views, *rest = embedded
+            z, z_pos = torch.tensor_split(views, 2)
+        triplets = tuple(torch.tensor_split(rest[0], 3)) if rest else None
         return z, z_pos, triplets
 
-    def _views(
-        self, ids: torch.Tensor, mask: torch.Tensor, packing: Packing | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.view_dropout == "first":
-            first = self.embed(ids, mask, packing)
-            with dropout_disabled(self.encoder):
-                return first, self.embed(ids, mask, packing)
-        n = ids.size(0)
-        doubled = packing.repeated(2) if packing is not None else None
-        views = self.embed(torch.cat([ids, ids]), torch.cat([mask, mask]), doubled)
-        return views[:n], views[n:]
+
+class EmbeddingPass(NamedTuple):
+    """One encoder forward of a step: its rows, where their real tokens are, and whether dropout
+    is on (``ContrastiveModel.passes``; a named tuple, which ``torch.compile`` traces)."""
+
+    name: str
+    ids: torch.Tensor
+    mask: torch.Tensor
+    packing: Packing | None
+    dropout: bool = True
+
+    @property
+    def rows(self) -> int:
+        return self.ids.size(0)

@@ -31,6 +31,7 @@ from stages.objectives.base import LossOutput
 from stages.objectives.temperature import tau_at
 from stages.training import distributed as dist_util
 from stages.training.batch import Batch, make_batch
+from stages.training.cached_step import average_gradients, cached_contrastive_step
 from stages.training.checkpoints import (
     checkpoint_state,
     latest_checkpoint,
@@ -189,7 +190,8 @@ class Training(TrainingParts):
     def train_step(self) -> None:
         """One update: ``gradient_accumulation_steps`` micro-batches (each its own contrastive
         batch, micro-batch index = update * accumulation + k, so a resumed run finds its data by
-        the update count), the gradient of their mean loss, SAM's second pass over the same
+        the update count), the gradient of their mean loss (with ``embedding_chunk_size``, each
+        micro-batch encoded a chunk at a time: cached_step.py), SAM's second pass over the same
         micro-batches, clip, step."""
         job, settings = self.job, self.job.train
         t = self.step + 1  # 1-based, as the temperature schedules count
@@ -215,23 +217,41 @@ class Training(TrainingParts):
         )
         lr = self.scheduler.get_last_lr()[0]
 
+        chunk_rows = settings.embedding_chunk_size
+
         def backward(diagnostics: bool = False) -> LossOutput:
             """Backpropagate the mean loss over the micro-batches; their mean loss and stats."""
             outs = []
             for batch in batches:
-                out = contrastive_loss(  # the loss: forward, then the objective (loss.py)
-                    self.forward,
-                    batch,
-                    objective,
-                    tau,
-                    self.runtime,
-                    self.ctx,
-                    settings.gather_negatives,
-                    diagnostics,
-                )
-                with phase("step.backward"):
-                    (out.loss / len(batches)).backward()
+                if chunk_rows is None:
+                    out = contrastive_loss(  # the loss: forward, then the objective (loss.py)
+                        self.forward,
+                        batch,
+                        objective,
+                        tau,
+                        self.runtime,
+                        self.ctx,
+                        settings.gather_negatives,
+                        diagnostics,
+                    )
+                    with phase("step.backward"):
+                        (out.loss / len(batches)).backward()
+                else:  # the same, a chunk of rows at a time (cached_step.py)
+                    out = cached_contrastive_step(
+                        self.model,
+                        batch,
+                        objective,
+                        tau,
+                        self.runtime,
+                        self.ctx,
+                        settings.gather_negatives,
+                        chunk_rows,
+                        len(batches),
+                        diagnostics,
+                    )
                 outs.append(out)
+            if chunk_rows is not None:
+                average_gradients(self.params, self.ctx)
             return mean_over_micro_batches(outs)
 
         out = backward(diagnostics=True)

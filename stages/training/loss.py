@@ -3,6 +3,7 @@ ranks, the objective in fp32 at the step's temperature, and the batch's geometry
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from stages.objectives.base import LossOutput, Objective
@@ -43,6 +44,21 @@ def contrastive_loss(
             packing=batch.packing,
             triplet_packing=batch.triplet_packing,
         )
+    return objective_loss(z, z_pos, triplets, objective, tau, ctx, gather_negatives, diagnostics)
+
+
+def objective_loss(
+    z: torch.Tensor,
+    z_pos: torch.Tensor,
+    triplets: tuple[torch.Tensor, ...] | None,
+    objective: Objective,
+    tau: float | None,
+    ctx: Distributed,
+    gather_negatives: bool,
+    diagnostics: bool = False,
+) -> LossOutput:
+    """The objective over the batch's embeddings (every rank's, with ``gather_negatives``),
+    with the batch's geometry in the stats if ``diagnostics``."""
     with phase("step.loss"):
         if gather_negatives and ctx.active:
             z, z_pos = dist_util.gather_with_grad(z, ctx), dist_util.gather_with_grad(z_pos, ctx)

@@ -28,6 +28,7 @@ from stages.training import distributed as dist_util
 from stages.training.contrastive_model import (
     ContrastiveModel,
     enable_gradient_checkpointing,
+    freeze_embeddings,
     freeze_unused_head,
     reset_mlp_head,
 )
@@ -125,7 +126,7 @@ class TrainingParts:
         self.dev_encoder = DevEncoder(
             self.encoder,
             self.tokenizer,
-            train.eval_pooler,
+            train.dev_pooler or train.eval_pooler,
             runtime,
             job.eval_batch_size,
             train.dev_precision,
@@ -151,6 +152,7 @@ class TrainingParts:
             "eval_precision": self.dev_encoder.precision,
             "world_size": self.ctx.world_size,
             "compile": self.job.train.compile,
+            "embedding_chunk_size": self.job.train.embedding_chunk_size,
             **software(),
             "unpadded": self.model.unpadded,
             "torch": torch.__version__,
@@ -197,7 +199,8 @@ def backbone_part(load: Callable[[], T], key: str) -> T:
 
 
 def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
-    """The backbone, seeded, with SimCSE's fresh MLP head (``cls``) or its head frozen."""
+    """The backbone, seeded, with a fresh MLP head (``cls``: SimCSE's, or ``train.head``) or
+    its head frozen; its embedding layer frozen with ``train.freeze_embeddings``."""
     train = job.train
     torch.manual_seed(job.seed)
     encoder = backbone_part(
@@ -211,9 +214,11 @@ def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
         # the graph at every dropout; compiled, the backbone's own dropout is traced instead
         use_fast_dropout(encoder)
     if train.pooler == "cls":
-        reset_mlp_head(encoder, job.seed)
+        reset_mlp_head(encoder, job.seed, train.head, train.head_init_std)
     else:
         freeze_unused_head(encoder)
+    if train.freeze_embeddings:
+        backbone_part(lambda: freeze_embeddings(encoder), job.backbone_name)
     if runtime.onednn_linear:  # fp32 products on oneDNN (cpu_linear.py), the head's included
         use_onednn_linear(encoder)
     if train.gradient_checkpointing:

@@ -78,3 +78,17 @@ def test_nan_model_fails_before_writing(tiny_bert: Path, data_root: Path, tmp_pa
     with pytest.raises(StageError, match="non-finite embedding"):
         main(_args(broken, data_root, out, "--pooler", "mean", "--tasks", "STS13", "--no-cache"))
     assert not out.exists()
+
+
+def test_senteval_batches_are_recorded_and_not_cached(
+    tiny_bert: Path, data_root: Path, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "results.json"
+    extra = ["--pooler", "mean", "--tasks", "STS12", "CR", "--mode", "fasttest"]
+    main(_args(tiny_bert, data_root, out, *extra, "--encoding", "senteval_batches"))
+    results = json.loads(out.read_text())
+    assert results["protocol"]["encoding"] == "senteval_batches"
+    assert results["protocol"]["text"]["sentences_per_encode_call"] == 128
+    assert {t["embeddings"] for t in results["timings"]["tasks"].values()} == {"encoded"}
+    assert not (tmp_path / "cache").exists()  # rows per occurrence: nothing to cache

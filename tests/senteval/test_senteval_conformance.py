@@ -10,17 +10,21 @@ and MRPC (the pair task) follow, also in CI. The release tier (`-m full`) adds M
 2 CPU-minutes that CI, bound by its total work, does not spend) and SST2, the one task scored on
 its own train/dev/test split, 70k sentences, 57% of the transfer tasks' encoding (about 5
 minutes on one core); its split protocol is checked against SentEval's loop in CI by
-tests/senteval/test_senteval_validation.py.
+tests/senteval/test_senteval_validation.py. With SentEval's own batches (``senteval_batches``)
+STS12's subsets, near-tie subsets included, must be SentEval's to the printed digit (the
+figures the side-by-side benchmark recorded).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from stages.core.schema.evaluation_settings import SENTEVAL_STS_TASKS as STS_TASKS
 from stages.modeling.encoder import SentenceEncoder
+from stages.senteval_protocol.loaders import STS_YEARS
 from stages.senteval_protocol.protocol import evaluate
 
 pytestmark = pytest.mark.parity  # real-model parity with SentEval: pytest -m parity
@@ -53,6 +57,16 @@ STS_TOLERANCE, TRANSFER_TOLERANCE = 0.05, 0.5
 CI_STS_TASKS = ("STS12", "STS13")
 CI_TRANSFER_TASKS = ("CR", "TREC")
 RELEASE_TRANSFER_TASKS = ("MR", "SUBJ", "SST2")  # the release tier's (module docstring)
+
+
+# The real SentEval's per-subset figures, as the side-by-side benchmark recorded them beside ours
+# with SentEval's own batches (benchmarks/senteval_side_by_side.py --encoding senteval_batches)
+SIDE_BY_SIDE_BATCHES = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "results"
+    / "senteval_side_by_side_senteval_batches.json"
+)
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +127,27 @@ def test_mr_and_subj_match_senteval(minilm: SentenceEncoder, senteval_dir: Path)
 @pytest.mark.full
 def test_sst2_matches_senteval(minilm: SentenceEncoder, senteval_dir: Path) -> None:
     _check_transfer(minilm, senteval_dir, ("SST2",))
+
+
+def test_sts12_subsets_with_senteval_batches_are_sentevals_to_the_printed_digit(
+    minilm: SentenceEncoder, senteval_dir: Path
+) -> None:
+    """STS12 holds the near-tie subsets (SMTeuroparl, surprise.SMTnews: pairs of identical
+    sentences), which the default encoding ranks otherwise; SentEval's own batches give every
+    subset, the mean and the headline exactly as the real SentEval prints them."""
+    recorded = json.loads(SIDE_BY_SIDE_BATCHES.read_text())
+    results = evaluate(
+        minilm.encode_batch,
+        ["STS12"],
+        senteval_dir,
+        "fasttest",
+        batch_size=128,
+        encoding="senteval_batches",
+    )["tasks"]["STS12"]
+    ours = {name: results["subsets"][name]["spearman"] for name in STS_YEARS["STS12"]}
+    ours |= {"mean": results["mean"]["spearman"]}
+    for name, value in ours.items():
+        senteval = recorded["parity_sts_subsets"][f"STS12 {name}"]["senteval_simcse_batcher"]
+        assert f"{value:.2f}" == f"{senteval:.2f}", name
+    senteval_all = recorded["parity"]["STS12"]["senteval_simcse_batcher"]
+    assert f"{results['all']['spearman']:.2f}" == f"{senteval_all:.2f}"

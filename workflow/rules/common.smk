@@ -6,6 +6,9 @@ sys.path.insert(0, workflow.basedir)
 sys.path.insert(0, f"{workflow.basedir}/workflow/rules")
 
 from rule_jobs import RuleJobs, gpu_job_threads
+from dvc_lock import share_dvc_lock
+
+from snakemake.exceptions import WorkflowError
 
 from stages.core.planning import cpu_guard
 from stages.core.errors import ParamsError
@@ -28,8 +31,14 @@ PARAMS_ARG = JOBS.params_arg
 # stages take torch's, polars' and the tokenizers' threads from them (stages/__init__.py); it
 # never runs more jobs than --cores together, so jobs do not oversubscribe the machine. A GPU
 # job (train, evaluate) gets its share of the cores, a CPU-heavy one (triplets, figures) all of
-# them, the others one.
-GPU_JOB_THREADS = gpu_job_threads(workflow.cores, workflow.global_resources.get("gpu"))
+# them, the others one. A cluster executor's main process has no --cores (each job's allocation
+# is its profile's cpus_per_task, and the job's own Snakemake, given its cores, parses again).
+try:
+    CORES = workflow.cores
+except WorkflowError:
+    CORES = None
+ALL_CORES = CORES or 1
+GPU_JOB_THREADS = gpu_job_threads(CORES, workflow.global_resources.get("gpu"))
 
 # (not in a cluster job's own parse; a Snakemake 9 without the property is taken as main)
 if getattr(workflow, "is_main_process", True):

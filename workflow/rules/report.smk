@@ -20,7 +20,7 @@ rule figures:
         directory("reports/analyses"),
     log:
         "logs/figures/figures.log",
-    threads: workflow.cores
+    threads: ALL_CORES
     conda:
         PIPELINE_ENV
     params:

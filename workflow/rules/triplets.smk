@@ -6,7 +6,7 @@ rule triplets:
         stats="data/triplets/{triplets_id}.stats.json",
     log:
         "logs/triplets/{triplets_id}.log",
-    threads: workflow.cores
+    threads: ALL_CORES
     conda:
         PIPELINE_ENV
     params:

@@ -41,14 +41,26 @@ from stages.core.schema.params import (
     BaselineParams,
     Params,
     ResolvedMethod,
+    TrainParams,
 )
 from stages.core.storage import layout
 from stages.core.storage.hashing import folder_digest
 
 # Settings that change how a run executes but not what it computes; left out of the id.
 EXECUTION_ONLY_TRAIN_KEYS = frozenset(
-    {"device", "log_steps", "checkpoint_steps", "compile", "unpad", "loggers"}
+    {
+        "device",
+        "log_steps",
+        "checkpoint_steps",
+        "compile",
+        "unpad",
+        "loggers",
+        "embedding_chunk_size",
+    }
 )
+# Train settings added after runs were stored: in the id only when set to something other than
+# their default, so that every run trained without them keeps its identity (carry-over finds it).
+TRAIN_KEYS_IN_ID_WHEN_SET = frozenset({"dev_pooler", "head", "head_init_std", "freeze_embeddings"})
 # Bump only when the layout of the identity itself changes (code changes are covered by it).
 ID_SCHEMA = 2
 STSB_DEV = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"
@@ -219,6 +231,16 @@ class Run:
         }
 
 
+def train_identity(train: TrainParams) -> dict[str, Any]:
+    """The train settings a run id covers: all but the execution-only keys, and the keys added
+    later (``TRAIN_KEYS_IN_ID_WHEN_SET``) only where they differ from their default."""
+    settings = train.model_dump(mode="json", exclude=set(EXECUTION_ONLY_TRAIN_KEYS))
+    for key in TRAIN_KEYS_IN_ID_WHEN_SET:
+        if settings[key] == TrainParams.model_fields[key].default:
+            del settings[key]
+    return settings
+
+
 def make_run(
     params: Params,
     method: str,
@@ -233,7 +255,7 @@ def make_run(
     memo = {} if code_memo is None else code_memo
     if modules not in memo:
         memo[modules] = code_identity(modules)
-    train = settings.train.model_dump(mode="json", exclude=set(EXECUTION_ONLY_TRAIN_KEYS))
+    train = train_identity(settings.train)
     tid = triplets_id(params, backbone, method) if settings.objective.needs_triplets else None
     identity = {
         "id_schema": ID_SCHEMA,

@@ -287,14 +287,17 @@ def classifier_work(task: str, mode: str, dim: int) -> tuple[int, float]:
 
 
 def train_steps(params: Params, settings: ResolvedMethod) -> int:
-    """Optimizer updates (one per ``gradient_accumulation_steps`` batches)."""
+    """Optimizer updates (one per ``gradient_accumulation_steps`` batches); ``max_steps`` sets
+    the length, as in training (it stops early or continues into the next epochs)."""
     t = settings.train
+    if t.max_steps is not None:
+        return t.max_steps
     sentences = CORPUS_SENTENCES[params.data.corpus]
     if params.data.max_sentences is not None:
         sentences = min(sentences, params.data.max_sentences)
     batches = t.epochs * math.ceil(sentences / t.batch_size)
     updates = math.ceil(batches / t.gradient_accumulation_steps)
-    return updates if t.max_steps is None else min(updates, t.max_steps)
+    return updates
 
 
 # Devices

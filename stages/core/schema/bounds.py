@@ -87,6 +87,10 @@ BOUNDS: dict[str, Bound] = {
     "dropout": _bound(
         "train.dropout", "[0, 1)", "[0, 0.5]", "BERT's 0.1; SimCSE's ablation 0-0.5"
     ),
+    "head_init_std": _bound(
+        "train.head_init_std", "(0, 1]", "[1e-3, 0.1]",
+        "BERT's initializer_range 0.02; 002's code 0.006",
+    ),
     "sam_rho": _bound(
         "train.sam.rho", "(0, 10]", "[1e-3, 2]", "SAM's 0.05; adaptive SAM up to 2"
     ),
@@ -146,6 +150,13 @@ BOUNDS: dict[str, Bound] = {
     "min_gd": _bound("figures.weight_min_gd", "[0, 1)", None, "002's code: 0.01"),
     "min_effect": _bound(
         "report.min_effect", "(0, 10]", None, "points of Spearman x100 or accuracy %"
+    ),
+    "store_backoff_s": _bound(
+        "store.backoff_s, max_backoff_s", "(0, 3600]", None,
+        "seconds between a store transfer's attempts: 1, doubled, at most 30",
+    ),
+    "store_timeout_s": _bound(
+        "store.timeout_s", "(0, 3600]", None, "S3 connect and read timeout: 60 s"
     ),
 }  # fmt: skip
 

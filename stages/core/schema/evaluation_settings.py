@@ -55,6 +55,7 @@ SentEvalTask = Literal[SENTEVAL_TASKS]  # type: ignore[valid-type]
 # alignment and uniformity in the SentEval results.
 STSB_DEV_TASK = "STSBenchmark_dev"
 MtebLocalSource = Literal["senteval", "sts_raw"]
+SentEvalEncoding = Literal["distinct", "senteval_batches"]
 # A count: an integer of at least 1, never a boolean (YAML's `true` would pass as 1).
 PositiveInt = Annotated[Integer, Field(gt=0)]
 TaskName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
@@ -115,6 +116,16 @@ class SentEvalParams(EvaluationSettings):
     )
     batch_size: PositiveInt = 128
     seed: Annotated[Integer, Field(ge=0, lt=2**32)] = 1111
+    # Part of the evaluation's id only when not the default (exclude_if): the evaluations
+    # stored before the switch existed keep their ids.
+    encoding: SentEvalEncoding = Field(
+        "distinct",
+        description="distinct: each distinct sentence encoded once, in batches of equal token "
+        "length (fast); senteval_batches: SentEval's own batches (each task's samples in its "
+        "length-sorted order, batch_size sentences per padded forward, every occurrence "
+        "encoded), for SentEval's numbers to the last bit on near-ties",
+        exclude_if=lambda encoding: encoding == "distinct",
+    )
 
     def reads(self) -> tuple[Path, ...]:
         return (Path(self.data_dir),)

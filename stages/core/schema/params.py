@@ -45,8 +45,9 @@ from stages.core.schema.evaluation_settings import (
 from stages.core.schema.objective_settings import SETTINGS_BY_NAME, ObjectiveConfig
 from stages.core.schema.sweeps import GridError, expand_grids
 from stages.core.schema.temperature_settings import TemperatureSchedule
+from stages.core.schema.unread import refusals
 from stages.core.storage.layout import DEFAULT_PARAMS
-from stages.core.storage.shared_store import url_problem
+from stages.core.storage.shared_store import StoreSettings, url_problem
 
 # Names that become parts of file paths and of experiment names: keep them path- and CLI-safe.
 Key = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=64)]
@@ -164,6 +165,28 @@ class TrainParams(Section):
     eval_pooler: Pooler = Field(
         "cls_before_pooler", description="representation used by every evaluator"
     )
+    dev_pooler: Pooler | None = Field(
+        None,
+        description="representation of the STS-B dev selection; null: eval_pooler's (SimCSE "
+        "with --mlp_only_train; paper 002's code); cls: with the MLP head, as paper 003's "
+        "released code selects (no --mlp_only_train)",
+    )
+    head: Literal["simcse", "linear", "tanh_linear"] = Field(
+        "simcse",
+        description="pooler cls's training head: simcse: Linear then tanh (SimCSE's MLPLayer); "
+        "linear: Linear only (paper 002's released code on BERT); tanh_linear: tanh then "
+        "Linear (its code on RoBERTa)",
+    )
+    head_init_std: Real("head_init_std") | None = Field(
+        None,
+        description="null: the head's weights N(0, initializer_range^2), bias 0 (SimCSE); a "
+        "number: weights and bias N(0, std^2) (paper 002's released code: 0.006)",
+    )
+    freeze_embeddings: StrictBool = Field(
+        False,
+        description="the embedding layer (token, position and type embeddings, their "
+        "LayerNorm) gets no gradient, as paper 002's released code trains",
+    )
     eval_steps: PositiveInt = Field(125, description="STS-B dev evaluation interval (updates)")
     checkpoint_steps: PositiveInt = Field(500, description="resumable checkpoint interval")
     log_steps: PositiveInt = 10
@@ -185,6 +208,12 @@ class TrainParams(Section):
         "(the same numbers and dropout masks up to float rounding: not part of the run id)",
     )
     gradient_checkpointing: StrictBool = False
+    embedding_chunk_size: PositiveInt | None = Field(
+        None,
+        description="encode a step's rows this many at a time and cache the embeddings' "
+        "gradients (GradCache): the same update as unchunked, with the activations of one "
+        "chunk, for one more forward; null: the whole batch at once (not part of the run id)",
+    )
     gather_negatives: StrictBool = Field(
         True, description="with several GPUs, use every rank's batch as negatives"
     )
@@ -225,6 +254,46 @@ class TrainParams(Section):
     )
 
     @model_validator(mode="after")
+    def _cached_steps_run_eagerly(self) -> Self:
+        if self.embedding_chunk_size is None:
+            return self
+        if self.compile:
+            raise ValueError(
+                "embedding_chunk_size encodes each chunk twice with the same dropout masks, "
+                "replayed by the trainer's own dropout, which a compiled forward does not use; "
+                "set compile: false with it"
+            )
+        if self.gradient_checkpointing:
+            raise ValueError(
+                "embedding_chunk_size already keeps only one chunk's activations; set "
+                "gradient_checkpointing: false with it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _head_settings_are_read(self) -> Self:
+        if self.pooler != "cls":
+            for key, changed in (
+                ("head", self.head != "simcse"),
+                ("head_init_std", self.head_init_std is not None),
+            ):
+                if changed:
+                    raise ValueError(
+                        f"{key}: only pooler cls trains a head (pooler is {self.pooler}); remove it"
+                    )
+        if self.head != "simcse" and self.eval_pooler == "cls":
+            raise ValueError(
+                f"eval_pooler cls with head {self.head}: the evaluators read a saved "
+                "head back as Linear then tanh; evaluate without it (cls_before_pooler)"
+            )
+        if self.dev_pooler is not None and self.dev_pooler == self.eval_pooler:
+            raise ValueError(
+                f"dev_pooler: {self.dev_pooler} is eval_pooler's already (null selects "
+                "with eval_pooler); remove it"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _cuda_graphs_need_fixed_shapes(self) -> Self:
         if self.compile == "reduce-overhead" and self.unpad:
             raise ValueError(
@@ -263,6 +332,25 @@ class StoreParams(Section):
         "run found there instead of training it, and publishes what it trains; $CSE_STORE_URL "
         "overrides",
     )
+    retries: Annotated[Integer, Field(ge=0, le=100)] = Field(
+        5,
+        description="a fetch or publish tries each file, and the manifest, again this many "
+        "times after a transient error (5xx, throttling, a reset, a timeout), then stops naming "
+        "the run and the store (docs/scale-out.md)",
+    )
+    backoff_s: Real("store_backoff_s") = Field(
+        1.0, description="the wait before the first retry, doubled before each next one"
+    )
+    max_backoff_s: Real("store_backoff_s") = Field(30.0, description="the longest wait")
+    timeout_s: Real("store_timeout_s") = Field(
+        60.0, description="S3: each request's connect and read timeout (others: the backend's)"
+    )
+
+    def settings(self) -> StoreSettings:
+        return StoreSettings(
+            retries=self.retries, backoff_s=self.backoff_s,
+            max_backoff_s=self.max_backoff_s, timeout_s=self.timeout_s,
+        )  # fmt: skip
 
 
 class ReportParams(Section):
@@ -427,26 +515,16 @@ class ResolvedMethod(Section):
                 f"temperature.schedule '{self.temperature.schedule}': objective "
                 f"'{self.objective.name}' has no temperature to schedule in this configuration"
             )
-        triplet_settings = {
-            "triplet_dropout": self.train.triplet_dropout,
-            "triplet_batching": self.train.triplet_batching != "pool",
-        }
-        for key, changed in triplet_settings.items():
-            if changed and not self.objective.needs_triplets:
-                raise ValueError(
-                    f"train.{key}: objective '{self.objective.name}' has no triplet branch"
-                )
-        if self.train.triplet_batching == "batch" and self.train.triplet_batch_size is not None:
-            raise ValueError(
-                "train.triplet_batch_size: with triplet_batching: batch a step's triplets are "
-                "those of its own sentences; remove it, or use triplet_batching: pool"
-            )
+        # a setting this configuration does not read (stages/core/schema/unread.py)
+        problems = refusals("method", self)
         unused = self.objective.unused_settings()
         if unused:
-            raise ValueError(
+            problems.append(
                 f"objective.{', objective.'.join(unused)}: objective '{self.objective.name}' does "
                 "not read it in this configuration (see its switches); remove it"
             )
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
 
@@ -490,6 +568,7 @@ class Params(Section):
             problems += _unknown(
                 "report.baseline_method", [baseline] if baseline else [], self.methods
             )
+        shared: dict[str, list[str]] = {}  # a train section setting's problem: where resolved
         for name, method in self.methods.items():
             problems += _unknown(
                 f"methods.{name}.per_backbone", method.per_backbone, self.backbones
@@ -518,10 +597,37 @@ class Params(Section):
                     self.resolve(name, backbone)
                 except ValidationError as err:
                     where = f"methods.{name}" + (f".per_backbone.{backbone}" if backbone else "")
-                    problems += _describe(err, prefix=where, root=ResolvedMethod)
+                    override = method.per_backbone[backbone].train if backbone else {}
+                    for line in _describe(err, prefix=where, root=ResolvedMethod):
+                        written = _where_written(line, where, name, override, method.train)
+                        if written.startswith("train."):  # the shared section: one line
+                            shared.setdefault(written, []).append(where)
+                        else:
+                            problems.append(written)
+        problems += [f"{line} (in {', '.join(wheres)})" for line, wheres in shared.items()]
+        problems += self._unread_evaluation_settings()
         if problems:
-            raise ValueError("\n".join(problems))
+            raise ValueError("\n".join(dict.fromkeys(problems)))
         return self
+
+    def _unread_evaluation_settings(self) -> list[str]:
+        """Evaluation settings given where the evaluation does not read them
+        (stages/core/schema/unread.py): the section's, and each method's overrides."""
+        lines: list[str] = []
+        for evaluation in EVALUATIONS:
+            for method in [None, *self.methods]:
+                own = method is not None and evaluation in self.methods[method].evaluations
+                if method is not None and not own:
+                    continue  # the section's settings, checked once
+                try:
+                    settings = self.evaluation_settings(evaluation, method)
+                except ValidationError:
+                    continue  # named above
+                if settings.is_enabled():
+                    where = f"methods.{method}." if own else ""
+                    found = refusals(f"evaluations.{evaluation}", settings)
+                    lines += [f"{where}evaluations.{evaluation}.{line}" for line in found]
+        return lines
 
     def unusual_settings(self) -> tuple[str, ...]:
         """One line per bounded value outside the range the papers use (a row of
@@ -607,6 +713,32 @@ def _merge(base: dict[str, Any], update: dict[str, Any] | None) -> dict[str, Any
         else:
             merged[key] = value
     return merged
+
+
+def _where_written(
+    line: str, where: str, method: str, override: dict[str, Any], own: dict[str, Any]
+) -> str:
+    """A resolved train setting's problem at the key path where the setting is written: the
+    backbone's override, the method's train, or else the train section every method shares
+    (one line, however many methods resolve it)."""
+    head = f"{where}.train."
+    if not line.startswith(head):
+        return line
+    key = line[len(head) :].split(":", 1)[0].split(".")
+    if _written(override, key):
+        return line
+    if _written(own, key):
+        return f"methods.{method}.train." + line[len(head) :]
+    return "train." + line[len(head) :]
+
+
+def _written(overrides: dict[str, Any], key: list[str]) -> bool:
+    node: Any = overrides
+    for part in key:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _unknown(path: str, names: Iterable[str], known: dict[str, Any]) -> list[str]:
