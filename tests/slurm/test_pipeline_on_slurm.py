@@ -2,8 +2,9 @@
 
 The preset trains a 2-layer random-init BERT (the packaged MiniLM tokenizer) for 300 steps on
 the wiki1m head sample of the shared data, two seeds, and evaluates on SentEval's STS-B. The
-local reference is `snakemake --cores 1 --resources gpu=1`; the SLURM runs use the profile of
-workflow/profiles/slurm unchanged (plus the settings of a cluster without accounting).
+local reference is `snakemake --cores 2 --resources gpu=1` (2 threads a job, as the SLURM jobs
+get); the SLURM runs use the profile of workflow/profiles/slurm unchanged (plus the settings of
+a cluster without accounting).
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ def project(root: Path) -> Path:
 
 
 def run_pipeline(root: Path, *, slurm: bool) -> subprocess.CompletedProcess[str]:
-    local = () if slurm else ("--cores", "1", "--resources", "gpu=1")
+    # a CPU's sums depend on how many threads split them (config.json records them): locally as
+    # many as the profile's SLURM jobs get (cpus_per_task: 2), one job on the "GPU" at a time
+    local = () if slurm else ("--cores", "2", "--resources", "gpu=1")
     return run_snakemake(
         root, root / "Snakefile", *TARGETS, *local, "--config", "params=smoke.yaml", slurm=slurm
     )
