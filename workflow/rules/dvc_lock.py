@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 from pathlib import Path
 from typing import IO
+
+from stages.core.storage.run_lock import process_exists
 
 DVC_TMP = Path(".dvc") / "tmp"
 
@@ -29,15 +30,7 @@ _held: list[IO[str]] = []  # the open lock file: the lock lasts as long as this 
 
 
 def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return isinstance(pid, int) and pid > 0 and process_exists(pid)
 
 
 def dvc_at_work(tmp: Path = DVC_TMP) -> str:
