@@ -56,18 +56,27 @@ class EmbeddingTable:
         return "encoded" if missing else "memory"
 
     def _encode(self, texts: list[str]) -> None:
-        out = _as_array(self.encode([t or self.empty_sentence for t in texts]))
-        if out.ndim != 2 or len(out) != len(texts) or (self.dim and out.shape[1] != self.dim):
-            raise EncoderOutputError(
-                f"encode returned shape {out.shape} for {len(texts)} sentences; expected "
-                f"({len(texts)}, {self.dim or 'dim'})"
-            )
-        finite = np.isfinite(out).all(axis=1)
-        if not finite.all():
-            bad = texts[int(np.argmin(finite))]
-            raise EncoderOutputError(f"encode returned a non-finite embedding, e.g. for {bad!r}")
+        out = checked_embeddings(self.encode, texts, self.empty_sentence, self.dim)
         self.dim = out.shape[1]
         self.rows.update(zip(texts, out, strict=True))
+
+
+def checked_embeddings(
+    encode: Encode, texts: list[str], empty_sentence: str, dim: int | None
+) -> np.ndarray:
+    """``encode(texts)`` (an empty text as ``empty_sentence``) as an array, one finite row of
+    ``dim`` values (any, before the first batch) per text, or an error naming what is wrong."""
+    out = _as_array(encode([t or empty_sentence for t in texts]))
+    if out.ndim != 2 or len(out) != len(texts) or (dim and out.shape[1] != dim):
+        raise EncoderOutputError(
+            f"encode returned shape {out.shape} for {len(texts)} sentences; expected "
+            f"({len(texts)}, {dim or 'dim'})"
+        )
+    finite = np.isfinite(out).all(axis=1)
+    if not finite.all():
+        bad = texts[int(np.argmin(finite))]
+        raise EncoderOutputError(f"encode returned a non-finite embedding, e.g. for {bad!r}")
+    return out
 
 
 def _as_array(raw: Any) -> np.ndarray:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stages.senteval_protocol.embeddings import Encode, EncoderOutputError, _as_array
+from stages.senteval_protocol.embeddings import Encode, checked_embeddings
 from stages.senteval_protocol.loaders import STS_YEARS, StsPairs, StsTask, Task, TransferTask
 
 
@@ -104,15 +104,6 @@ class SentEvalBatches:
         return np.concatenate(rows) if rows else np.zeros((0, self.dim or 0), dtype=np.float32)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        out = _as_array(self.encode([t or self.empty_sentence for t in texts]))
-        if out.ndim != 2 or len(out) != len(texts) or (self.dim and out.shape[1] != self.dim):
-            raise EncoderOutputError(
-                f"encode returned shape {out.shape} for {len(texts)} sentences; expected "
-                f"({len(texts)}, {self.dim or 'dim'})"
-            )
-        finite = np.isfinite(out).all(axis=1)
-        if not finite.all():
-            bad = texts[int(np.argmin(finite))]
-            raise EncoderOutputError(f"encode returned a non-finite embedding, e.g. for {bad!r}")
+        out = checked_embeddings(self.encode, texts, self.empty_sentence, self.dim)
         self.dim = out.shape[1]
         return out
