@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from moto_s3 import aws_endpoint, moto_server
 from project_copy import project_copy
 
 import stages.train as train_stage
@@ -69,27 +70,8 @@ def no_training(*args, **kwargs):
 @pytest.fixture(scope="module")
 def s3_url() -> str:
     """A bucket on an S3-compatible server (moto) on 127.0.0.1, for this module's tests."""
-    moto_server = pytest.importorskip("moto.server")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="test",
-                      AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1")  # fmt: skip
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-    s3fs.S3FileSystem().mkdir("cse-runs")
-    yield "s3://cse-runs/runs"
-    server.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with moto_server() as port, aws_endpoint(f"http://127.0.0.1:{port}", "cse-runs"):
+        yield "s3://cse-runs/runs"
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from moto_s3 import aws_endpoint, moto_server
 from s3_faults import Fault, FaultProxy
 
 import stages.core.storage.shared_store as shared_store
@@ -52,28 +52,11 @@ PARAMS = {
 @pytest.fixture(scope="module")
 def proxy() -> FaultProxy:
     """moto on 127.0.0.1, and the fault proxy in front of it as the S3 endpoint."""
-    moto_server = pytest.importorskip("moto.server")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    faults = FaultProxy(port).start()
-    names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(AWS_ENDPOINT_URL=faults.url, AWS_ACCESS_KEY_ID="test",
-                      AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1")  # fmt: skip
-    import s3fs
-
-    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
-    yield faults
-    faults.stop()
-    server.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with moto_server() as port:
+        faults = FaultProxy(port).start()
+        with aws_endpoint(faults.url, BUCKET):
+            yield faults
+        faults.stop()
 
 
 @pytest.fixture
