@@ -289,14 +289,14 @@ BAD_PARAMS = [
         ["store.url: unsupported scheme 'ftp://'; use a path or one of file://, s3://"],
     ),
     (
-        "CUDA graphs with the unpadded forward",
-        set_key("train.compile", "reduce-overhead"),
-        ["train: compile: reduce-overhead replays CUDA graphs", "set unpad: false"],
+        "a compiled forward with cached steps",
+        lambda raw: raw["train"].update({"compile": True, "embedding_chunk_size": 8}),
+        ["embedding_chunk_size encodes each chunk twice", "set compile: false with it"],
     ),
     (
         "an unknown compile mode",
         set_key("train.compile", "max-autotune"),
-        ["train.compile", "False, True or 'reduce-overhead'", "'max-autotune'"],
+        ["train.compile", "'auto', False, True or 'reduce-overhead'", "'max-autotune'"],
     ),
     (
         "readings not a list of strings",
@@ -338,11 +338,20 @@ def test_every_problem_is_reported_at_once() -> None:
     assert str(err.value).count("\n  - ") == 3
 
 
-def test_cuda_graphs_are_accepted_with_the_padded_forward() -> None:
-    def padded_cuda_graphs(raw: dict[str, Any]) -> None:
-        raw["train"].update({"compile": "reduce-overhead", "unpad": False})
+@pytest.mark.parametrize("unpad", [True, False])
+def test_cuda_graphs_are_accepted_with_either_forward(unpad: bool) -> None:
+    def cuda_graphs(raw: dict[str, Any]) -> None:
+        raw["train"].update({"compile": "reduce-overhead", "unpad": unpad})
 
-    assert parse_params(edited(padded_cuda_graphs)).train.compile == "reduce-overhead"
+    assert parse_params(edited(cuda_graphs)).train.compile == "reduce-overhead"
+
+
+def test_compile_auto_is_the_default_and_stays_with_cached_steps() -> None:
+    def chunked(raw: dict[str, Any]) -> None:
+        raw["train"].pop("compile")
+        raw["train"]["embedding_chunk_size"] = 8
+
+    assert parse_params(edited(chunked)).train.compile == "auto"
 
 
 def test_default_params_are_valid() -> None:

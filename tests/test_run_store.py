@@ -16,7 +16,7 @@ from stages.core.planning.evaluation_store import reuse_evaluation, store_evalua
 from stages.core.planning.status import adopt_legacy_run, status_rows
 from stages.core.schema.params import load_params
 from stages.core.storage import layout
-from stages.core.storage.run_folders import RUN_FILES
+from stages.core.storage.run_folders import RUN_FILES, environment_summary
 from stages.reporting.tables import environment_warning
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,6 +107,19 @@ def test_the_report_warns_when_runs_differ_in_environment():
     assert environment_warning(same) is None
     mixed = pl.DataFrame({"environment": ["torch 2.13.0, cpu fp32", "torch 2.4.0, cuda bf16"]})
     assert "different environments" in environment_warning(mixed)
+
+
+def test_status_shows_the_forward_a_run_resolved_to():
+    """``compile: auto`` resolves per device: status's environment column says what ran."""
+    execution = {"torch": "2.13.0", "transformers": "4.57.1", "device": "cuda:0",
+                 "precision": "bf16", "unpadded": True, "compile": "reduce-overhead"}  # fmt: skip
+    assert environment_summary({"execution": execution}) == (
+        "torch 2.13.0, transformers 4.57.1, cuda:0 bf16, unpadded CUDA graphs"
+    )
+    execution.update(device="cpu", precision="fp32", unpadded=False, compile=False)
+    assert environment_summary({"execution": execution}).endswith("cpu fp32, padded eager")
+    del execution["unpadded"], execution["compile"]  # recorded before either was
+    assert environment_summary({"execution": execution}).endswith(", cpu fp32")
 
 
 def test_status_tells_current_outputs_from_stale_ones(

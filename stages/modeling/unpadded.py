@@ -139,6 +139,13 @@ class HeadRows:
     sources: torch.Tensor
 
 
+def _filled_up(positions: np.ndarray, size: int) -> np.ndarray:
+    """``positions`` repeated at its first entry up to ``size`` entries (none stays none)."""
+    if positions.size == 0 or positions.size >= size:
+        return positions
+    return np.concatenate([positions, np.full(size - positions.size, positions[0])])
+
+
 @dataclass(frozen=True)
 class Packing:
     """Where the real tokens of a right-padded (batch, length) batch sit.
@@ -154,7 +161,12 @@ class Packing:
     never waits for the device.
 
     Filler rows (``from_mask(..., rows_multiple=k)``) round the packed row count up to a
-    multiple of k with copies of the last real token, computed and then dropped. On a CPU in
+    multiple of k with copies of the last real token, computed and then dropped. With
+    ``fixed_shapes`` every index tensor's size depends only on the layout and the bucket
+    (``padding`` and ``fillers`` are filled up to their largest size with repeats of an entry,
+    which the in-place fills they serve write twice with the same value), so a CUDA graph recorded
+    for one bucket replays for every batch that falls in it (``train.compile: reduce-overhead``
+    with the unpadded forward, the trainer's layout padded to ``max_seq_length``). On a CPU in
     bf16, oneDNN builds (JIT-compiles) a kernel for every new matrix shape, and the number of
     real tokens changes from batch to batch: a training step on fresh batches took 17-27% longer
     than on batches whose shapes it had seen (all-MiniLM-L6-v2 and a 2 × 128 encoder,
@@ -183,11 +195,13 @@ class Packing:
         mask: np.ndarray | torch.Tensor,
         to_device: Callable[[np.ndarray], torch.Tensor] | None = None,
         rows_multiple: int = 1,
+        fixed_shapes: bool = False,
     ) -> Packing:
         """From a host (numpy or CPU tensor) mask; a device tensor is copied to the host first
         (one wait for the device). ``to_device`` moves the index arrays (default: the mask's
         device); ``rows_multiple``: filler rows up to a multiple of it (at most batch * length
-        rows in all)."""
+        rows in all); ``fixed_shapes``: index tensors of sizes fixed by the layout and bucket
+        (see the class docstring)."""
         if isinstance(mask, torch.Tensor):
             device = mask.device
             mask = mask.detach().cpu().numpy()
@@ -213,6 +227,10 @@ class Packing:
             targets = move(np.concatenate([indices, np.full(fillers, cells)]).astype(np.int64))
             indices = np.concatenate([indices, np.full(fillers, indices[-1])])
         padding = np.flatnonzero(~mask)
+        filler_rows = np.arange(real, real + fillers, dtype=np.int64)
+        if fixed_shapes:
+            padding = _filled_up(padding, cells - batch)  # every row holds a token
+            filler_rows = _filled_up(filler_rows, rows_multiple - 1)
         return cls(
             move(indices.astype(np.int64)),
             move(first.astype(np.int64)),
@@ -221,7 +239,7 @@ class Packing:
             length,
             targets,
             move(padding.astype(np.int64)) if padding.size else None,
-            move(np.arange(real, real + fillers, dtype=np.int64)) if fillers > 0 else None,
+            move(filler_rows) if fillers > 0 else None,
         )
 
     def repeated(self, times: int) -> Packing:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from stages.modeling.unpadded import Packing
@@ -30,22 +31,29 @@ def make_batch(
     pad_id: int,
     runtime: Runtime,
     unpad: bool = False,
+    max_length: int | None = None,
 ) -> Batch:
     """This rank's share of 0-based global ``step``, padded and on its way to the device; with
-    ``unpad`` also where its real tokens are (computed here, on the host)."""
+    ``unpad`` also where its real tokens are (computed here, on the host). Unpadded under CUDA
+    graphs (``runtime.fixed_shapes``) the layout is ``max_length`` long whatever the batch's
+    longest row: its padding costs only the attention, and the shapes stay few."""
+    fixed = unpad and runtime.fixed_shapes
+    length = max_length if fixed else None
+
+    def packing(mask: np.ndarray) -> Packing:
+        return Packing.from_mask(mask, runtime.to_device, runtime.packed_rows_multiple, fixed)
+
     sentences = plan.shard(step, rank)
-    ids, mask = pad_rows(corpus.rows(sentences), pad_id)
+    ids, mask = pad_rows(corpus.rows(sentences), pad_id, length)
     batch = Batch(runtime.to_device(ids), runtime.to_device(mask))
     if unpad:
-        batch.packing = Packing.from_mask(mask, runtime.to_device, runtime.packed_rows_multiple)
+        batch.packing = packing(mask)
     if pool is not None:
         anchor, short, long = pool.shard(step, rank, sentences)
         if not anchor:  # in-batch triplets: none of the step's sentences has one
             return batch
-        t_ids, t_mask = pad_rows(anchor + short + long, pad_id)
+        t_ids, t_mask = pad_rows(anchor + short + long, pad_id, length)
         batch.triplet_ids, batch.triplet_mask = runtime.to_device(t_ids), runtime.to_device(t_mask)
         if unpad:
-            batch.triplet_packing = Packing.from_mask(
-                t_mask, runtime.to_device, runtime.packed_rows_multiple
-            )
+            batch.triplet_packing = packing(t_mask)
     return batch

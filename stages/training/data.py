@@ -162,10 +162,16 @@ def load_tokenized_corpus(
 # --- batches ----------------------------------------------------------------------------------
 
 
-def pad_rows(rows: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Dynamic padding: (ids int64, mask bool), both (len(rows), longest row)."""
+def pad_rows(
+    rows: Sequence[np.ndarray], pad_id: int, length: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Dynamic padding: (ids int64, mask bool), both (len(rows), longest row); or padded to
+    ``length`` (at least the longest row's)."""
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-    mask = np.arange(lengths.max(initial=1)) < lengths[:, None]
+    longest = int(lengths.max(initial=1))
+    if length is not None and length < longest:
+        raise ValueError(f"a row of {longest} tokens does not fit a layout of {length}")
+    mask = np.arange(length or longest) < lengths[:, None]
     ids = np.full(mask.shape, pad_id, dtype=np.int64)
     ids[mask] = np.concatenate(rows) if rows else []
     return ids, mask

@@ -75,7 +75,12 @@ def train(
     ctx = ctx or Distributed()
     settings = job.train
     runtime = resolve_runtime(
-        settings.device, settings.precision, ctx.local_rank, bool(settings.compile)
+        settings.device,
+        settings.precision,
+        ctx.local_rank,
+        settings.compile,
+        processes=ctx.world_size,
+        chunked=settings.embedding_chunk_size is not None,
     )
     with dist_util.process_group(ctx, runtime.device), runtime.fp32_matmuls():
         # Set up: corpus, batch plan, encoder, AdamW, schedule, dev encoder (parts.py).
@@ -206,6 +211,7 @@ class Training(TrainingParts):
                     self.pad_id,
                     self.runtime,
                     unpad=self.unpadded,
+                    max_length=settings.max_seq_length,
                 )
                 for m in range(self.step * self.accumulation, t * self.accumulation)
             ]

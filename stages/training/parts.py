@@ -117,8 +117,8 @@ class TrainingParts:
         if ctx.active:
             device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
             self.forward = DistributedDataParallel(self.model, device_ids=device_ids)
-        if train.compile:
-            mode = "reduce-overhead" if train.compile == "reduce-overhead" else None
+        if runtime.compile:
+            mode = "reduce-overhead" if runtime.compile == "reduce-overhead" else None
             self.forward = torch.compile(  # type: ignore[assignment]
                 self.forward, dynamic=True, mode=mode
             )
@@ -151,7 +151,8 @@ class TrainingParts:
             "precision": self.runtime.precision,
             "eval_precision": self.dev_encoder.precision,
             "world_size": self.ctx.world_size,
-            "compile": self.job.train.compile,
+            "compile": self.runtime.compile,  # train.compile resolved on this device
+            "packed_rows_multiple": self.runtime.packed_rows_multiple if self.unpadded else None,
             "embedding_chunk_size": self.job.train.embedding_chunk_size,
             **software(),
             "unpadded": self.model.unpadded,
@@ -209,7 +210,7 @@ def load_encoder(job: TrainJob, runtime: Runtime) -> PreTrainedModel:
         ),
         job.backbone_name,
     )
-    if not train.compile:
+    if not runtime.compile:
         # FastDropout draws its CPU masks with an in-place random_, where torch.compile breaks
         # the graph at every dropout; compiled, the backbone's own dropout is traced instead
         use_fast_dropout(encoder)

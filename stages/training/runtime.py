@@ -6,7 +6,11 @@ so the training code itself has no device branches and runs unchanged on CPU and
   many times slower than fp32, and a warning says so). Weights, optimizer state and the
   objectives stay fp32 in every mode (objectives switch autocast off and upcast their inputs
   themselves);
-- pinned host buffers and non-blocking host-to-device copies on CUDA only.
+- pinned host buffers and non-blocking host-to-device copies on CUDA only;
+- compile ``auto``: CUDA graphs (``reduce-overhead``) for one process on a GPU, eager
+  elsewhere (``resolve_compile``); with graphs the unpadded forward packs each step into one
+  of a few fixed shapes (``fixed_shapes``: the layout padded to ``max_seq_length``, the packed
+  rows rounded up to a multiple of ``GRAPH_ROWS_MULTIPLE``).
 """
 
 from __future__ import annotations
@@ -14,12 +18,18 @@ from __future__ import annotations
 import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 
 from stages.core.errors import StageError
 from stages.modeling.cpu_linear import fp32_matmuls_on_onednn, onednn_linear_available
+
+CompileMode = bool | Literal["reduce-overhead"]
+# Packed rows of the unpadded forward under CUDA graphs come in multiples of this: one graph per
+# bucket (BERT-base, batch 64 x 2 views at length 32: at most 16 buckets and the full layout).
+GRAPH_ROWS_MULTIPLE = 256
 
 # Named phases of a step for torch.profiler (benchmarks/train_overhead.py); ~1 us each otherwise.
 phase = torch.profiler.record_function
@@ -32,16 +42,26 @@ class Runtime:
     pin_memory: bool
     # the backbone's Linear layers run on oneDNN in fp32 (cpu_linear.py): a CPU, not compiled
     onednn_linear: bool = False
+    compile: CompileMode = False  # train.compile resolved (resolve_compile)
 
     @property
     def precision(self) -> str:
         return "fp32" if self.autocast_dtype is None else "bf16"
 
     @property
+    def fixed_shapes(self) -> bool:
+        """Whether a step's tensors come in a few fixed shapes: CUDA graphs replay a graph
+        recorded for exactly one shape."""
+        return self.compile == "reduce-overhead"
+
+    @property
     def packed_rows_multiple(self) -> int:
-        """Filler rows round an unpadded batch up to this many rows (``unpadded.Packing``): 64
-        where the products run on oneDNN, which builds a kernel for every new matrix shape (the
-        CPU in bf16, and in fp32 with ``onednn_linear``); else 1."""
+        """Filler rows round an unpadded batch up to this many rows (``unpadded.Packing``):
+        ``GRAPH_ROWS_MULTIPLE`` under CUDA graphs; 64 where the products run on oneDNN, which
+        builds a kernel for every new matrix shape (the CPU in bf16, and in fp32 with
+        ``onednn_linear``); else 1."""
+        if self.fixed_shapes:
+            return GRAPH_ROWS_MULTIPLE
         on_onednn = self.autocast_dtype is not None or self.onednn_linear
         return 64 if self.device.type == "cpu" and on_onednn else 1
 
@@ -66,11 +86,30 @@ class Runtime:
         return tensor.to(self.device, non_blocking=True)
 
 
+def resolve_compile(
+    setting: CompileMode | Literal["auto"], device: torch.device, processes: int, chunked: bool
+) -> CompileMode:
+    """``train.compile`` on ``device``: ``auto`` is CUDA graphs (``reduce-overhead``) for one
+    process on a GPU, and eager on a CPU (inductor's compile time is not won back by a short CPU
+    run), with several processes (DDP's gradient hooks split a compiled forward's graph) and
+    with ``embedding_chunk_size`` (its replayed dropout masks need the trainer's own dropout)."""
+    if setting != "auto":
+        return setting
+    return "reduce-overhead" if device.type == "cuda" and processes == 1 and not chunked else False
+
+
 def resolve_runtime(
-    device: str, precision: str, local_rank: int = 0, compiled: bool = False
+    device: str,
+    precision: str,
+    local_rank: int = 0,
+    compile: CompileMode | Literal["auto"] = False,
+    *,
+    processes: int = 1,
+    chunked: bool = False,
 ) -> Runtime:
     """``device`` in {auto, cpu, cuda}, ``precision`` in {auto, fp32, bf16} (params.yaml);
-    ``compiled``: ``train.compile`` (the compiler then computes the Linear layers)."""
+    ``compile``: ``train.compile`` (resolved here; compiled, the compiler computes the Linear
+    layers); ``processes``, ``chunked``: what ``resolve_compile`` reads."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -85,11 +124,14 @@ def resolve_runtime(
             "here (about 11x on a 2-core AVX2 machine); fp32 ('auto') is faster",
             stacklevel=2,
         )
+    where = torch.device(device, local_rank) if on_gpu else torch.device("cpu")
+    compiled = resolve_compile(compile, where, processes, chunked)
     return Runtime(
-        device=torch.device(device, local_rank) if on_gpu else torch.device("cpu"),
+        device=where,
         autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
         pin_memory=on_gpu,
         onednn_linear=not on_gpu and not compiled and onednn_linear_available(),
+        compile=compiled,
     )
 
 

@@ -24,15 +24,23 @@ from stages.training.loop import train
 
 @pytest.mark.slow  # inductor compiles C++ kernels: ~15-25 s a run on two cores
 @pytest.mark.parametrize(
-    ("unpad", "gpu_way"),
-    [(True, False), (True, True), (False, False)],
-    ids=["unpadded", "unpadded-gpu-way", "padded"],
+    ("unpad", "gpu_way", "setting"),
+    [
+        (True, False, True),
+        (True, True, True),
+        (False, False, True),
+        (True, True, "reduce-overhead"),
+    ],
+    ids=["unpadded", "unpadded-gpu-way", "padded", "unpadded-gpu-way-bucketed"],
 )
 def test_a_compiled_run_trains_evaluates_and_saves(
-    unpad: bool, gpu_way: bool, corpus, token_cache, dev_evaluator, tmp_path, monkeypatch
-) -> None:
+    unpad: bool, gpu_way: bool, setting: Any, corpus, token_cache, dev_evaluator, tmp_path,
+    monkeypatch,
+) -> None:  # fmt: skip
     """``gpu_way``: the unpadded forward's dropout as on a GPU (each dropout module on the rows
-    scattered into the padded layout, ``padded_dropout``), the path a lent GPU compiles."""
+    scattered into the padded layout, ``padded_dropout``), the path a lent GPU compiles;
+    ``reduce-overhead``: with it the bucketed packing a GPU's CUDA graphs replay (on a CPU the
+    mode compiles as ``true`` does: no graphs are recorded here)."""
     if gpu_way:
         monkeypatch.setattr(unpadded, "_launch_bound", lambda device: True)
     torch._dynamo.reset()
@@ -40,7 +48,7 @@ def test_a_compiled_run_trains_evaluates_and_saves(
     out = tmp_path / "run"
     job = make_job(
         corpus, out, token_cache, dropout=0.1, unpad=unpad, max_steps=6, eval_steps=6,
-        compile=True,
+        compile=setting,
     )  # fmt: skip
     initial = {k: v.clone() for k, v in job_initial_weights(job).items()}
     metrics = train(job, dev_evaluator)
@@ -83,3 +91,16 @@ def test_the_compile_setting_reaches_torch_compile(
     train(job, dev_evaluator)
     assert calls == [{"dynamic": True, "mode": mode}]
     assert json.loads((out / "config.json").read_text())["execution"]["compile"] == setting
+
+
+def test_compile_auto_resolves_per_device_and_config_json_records_it(
+    corpus, token_cache, dev_evaluator, tmp_path, monkeypatch
+) -> None:
+    """``auto`` on this CPU: eager, recorded as such (on one GPU: reduce-overhead,
+    ``runtime.resolve_compile``)."""
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled on a CPU"))
+    out = tmp_path / "run"
+    job = make_job(corpus, out, token_cache, max_steps=2, eval_steps=2, compile="auto")
+    train(job, dev_evaluator)
+    execution = json.loads((out / "config.json").read_text())["execution"]
+    assert execution["compile"] is False and execution["unpadded"]

@@ -150,7 +150,7 @@ def test_the_trainer_puts_its_cpu_encoder_on_onednn_unless_compiled(tmp_path) ->
     linears = [m for m in encoder.modules() if isinstance(m, nn.Linear)]
     assert linears and all(type(m) is OneDnnLinear for m in linears)
     compiled = make_job(tmp_path / "corpus.txt", tmp_path / "out", tmp_path / "cache", compile=True)
-    runtime = resolve_runtime("cpu", "fp32", compiled=True)
+    runtime = resolve_runtime("cpu", "fp32", compile=True)
     assert not runtime.onednn_linear and runtime.packed_rows_multiple == 1
     encoder = load_encoder(compiled, runtime)
     assert all(type(m) is nn.Linear for m in encoder.modules() if isinstance(m, nn.Linear))

@@ -27,7 +27,7 @@ from stages.modeling.unpadded import (
 from stages.training.batch import make_batch
 from stages.training.contrastive_model import ContrastiveModel
 from stages.training.data import BatchPlan, TokenRows
-from stages.training.runtime import resolve_runtime
+from stages.training.runtime import GRAPH_ROWS_MULTIPLE, resolve_compile, resolve_runtime
 
 
 def encoder(family: str, tokenizer, implementation: str = "sdpa", dropout: float = 0.0):
@@ -72,11 +72,30 @@ def assert_same(a, b, atol: float = 1e-5) -> None:
         torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-5, atol=atol, msg=name)
 
 
+# The unpadded forward's two packings: a batch's real tokens in its own dynamic layout, or
+# (CUDA graphs, ``train.compile: reduce-overhead``) bucketed: the layout padded to a fixed
+# length, the rows rounded up with fillers and the index tensors of fixed sizes.
+LAYOUTS = ["dynamic", "bucketed"]
+
+
+def laid_out(
+    ids: torch.Tensor, mask: torch.Tensor, layout: str
+) -> tuple[torch.Tensor, torch.Tensor, Packing]:
+    """The batch in ``layout``, and its packing."""
+    if layout == "dynamic":
+        return ids, mask, Packing.from_mask(mask)
+    extra = 5  # the layout's fixed length beyond the batch's longest row
+    ids = F.pad(ids, (0, extra), value=0)
+    mask = F.pad(mask, (0, extra), value=False)
+    return ids, mask, Packing.from_mask(mask, rows_multiple=16, fixed_shapes=True)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 @pytest.mark.parametrize("pooler", POOLERS)
 def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
-    pooler: str, family: str, implementation: str, tokenizer
+    pooler: str, family: str, implementation: str, layout: str, tokenizer
 ) -> None:
     model = encoder(family, tokenizer, implementation)
     ids, mask = padded_batch(tokenizer)
@@ -84,7 +103,8 @@ def test_unpadded_outputs_and_gradients_equal_the_padded_forward(
     contrastive = ContrastiveModel(model, pooler)
     assert contrastive.unpadded
     padded = output_and_grads(model, lambda: reference(model, ids, mask, pooler))
-    unpadded = output_and_grads(model, lambda: contrastive.embed(ids, mask))
+    long_ids, long_mask, packing = laid_out(ids, mask, layout)
+    unpadded = output_and_grads(model, lambda: contrastive.embed(long_ids, long_mask, packing))
     assert_same(unpadded, padded)
 
 
@@ -96,8 +116,8 @@ class DropoutReplay:
     both see the same masks at the real tokens. It draws nothing from the global generator, so
     SDPA's internal attention dropout also sees the same random numbers in both forwards."""
 
-    def __init__(self, mask: torch.Tensor) -> None:
-        self.mask = mask
+    def __init__(self, packing: Packing) -> None:
+        self.packing = packing
         self.calls = 0
 
     def __call__(self, x, p=0.5, training=True, inplace=False):
@@ -105,25 +125,31 @@ class DropoutReplay:
             return x
         generator = torch.Generator().manual_seed(1000 + self.calls)
         self.calls += 1
-        packed = x.dim() == 2 and x.shape[0] == int(self.mask.sum())
-        shape = (*self.mask.shape, x.shape[-1]) if packed else x.shape
+        packing = self.packing
+        packed = x.dim() == 2 and x.shape[0] == packing.tokens
+        shape = (packing.batch, packing.length, x.shape[-1]) if packed else x.shape
         keep = torch.rand(shape, generator=generator) >= p
-        if packed:
-            keep = keep[self.mask]
+        if packed:  # the real tokens' rows (and the fillers', copies of the last one's)
+            keep = keep.reshape(-1, x.shape[-1])[packing.indices]
         return x * keep / (1 - p)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
 @pytest.mark.parametrize("pooler", POOLERS)
 def test_with_the_same_dropout_masks_training_outputs_and_gradients_are_equal(
-    pooler: str, implementation: str, tokenizer, monkeypatch: pytest.MonkeyPatch
+    pooler: str, implementation: str, layout: str, tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """In either layout (the padded forward runs on the same one: its dropout masks cover it)."""
     model = encoder("bert", tokenizer, implementation, dropout=0.1).train()
-    ids, mask = padded_batch(tokenizer)
+    ids, mask, packing = laid_out(*padded_batch(tokenizer), layout)
     contrastive = ContrastiveModel(model, pooler)
     runs = []
-    for run in (lambda: reference(model, ids, mask, pooler), lambda: contrastive.embed(ids, mask)):
-        replay = DropoutReplay(mask)
+    for run in (
+        lambda: reference(model, ids, mask, pooler),
+        lambda: contrastive.embed(ids, mask, packing),
+    ):
+        replay = DropoutReplay(packing)
         monkeypatch.setattr(F, "dropout", replay)
         runs.append(output_and_grads(model, run, seed=5))
         assert replay.calls == 1 + (3 if implementation == "eager" else 2) * 2
@@ -152,9 +178,13 @@ def test_dropout_statistics_of_the_unpadded_forward_match_the_padded_one(tokeniz
     assert abs(spreads[1] / spreads[0] - 1) < 0.1
 
 
-@pytest.mark.parametrize("rows_multiple", [1, 8], ids=["real-tokens", "with-fillers"])
+@pytest.mark.parametrize(
+    ("rows_multiple", "fixed_shapes"),
+    [(1, False), (8, False), (16, True)],
+    ids=["real-tokens", "with-fillers", "bucketed"],
+)
 def test_the_two_views_and_the_triplet_branch_match_the_padded_model(
-    rows_multiple: int, tokenizer
+    rows_multiple: int, fixed_shapes: bool, tokenizer
 ) -> None:
     model = encoder("bert", tokenizer, dropout=0.1)
     ids, mask = padded_batch(tokenizer)
@@ -162,10 +192,14 @@ def test_the_two_views_and_the_triplet_branch_match_the_padded_model(
     results = []
     for unpad in (False, True):
         contrastive = ContrastiveModel(model, "cls", unpad=unpad).eval()  # dropout off
-        packing = Packing.from_mask(mask.numpy(), rows_multiple=rows_multiple) if unpad else None
-        t_packing = (
-            Packing.from_mask(t_mask.numpy(), rows_multiple=rows_multiple) if unpad else None
-        )
+
+        def packed(mask: torch.Tensor, unpad: bool = unpad) -> Packing | None:
+            if not unpad:
+                return None
+            return Packing.from_mask(mask.numpy(), rows_multiple=rows_multiple,
+                                     fixed_shapes=fixed_shapes)  # fmt: skip
+
+        packing, t_packing = packed(mask), packed(t_mask)
 
         def run(contrastive=contrastive, packing=packing, t_packing=t_packing):
             z, z_pos, triplets = contrastive(ids, mask, t_ids, t_mask, packing, t_packing)
@@ -366,15 +400,65 @@ def test_the_trainer_rounds_packings_where_onednn_computes_the_products() -> Non
     rows = TokenRows.from_lists([[101, *range(2000, 2000 + n), 102] for n in range(1, 9)])
     plan = BatchPlan(len(rows), batch_size=8, world_size=1, seed=0)
     fp32_multiple = 64 if onednn_linear_available() else 1
-    for precision, compiled, multiple in (
-        ("fp32", False, fp32_multiple),
-        ("fp32", True, 1),  # the compiler computes the Linear layers
-        ("bf16", False, 64),
+    for precision, compiled, multiple, tokens in (
+        ("fp32", False, fp32_multiple, 64 if fp32_multiple == 64 else 52),
+        ("fp32", True, 1, 52),  # the compiler computes the Linear layers
+        ("bf16", False, 64, 64),
+        ("fp32", "reduce-overhead", 256, 8 * 12),  # CUDA graphs: the fixed layout, whole
     ):
-        runtime = resolve_runtime("cpu", precision, compiled=compiled)  # 52 of 8 x 10 tokens
+        runtime = resolve_runtime("cpu", precision, compile=compiled)  # 52 of 8 x 10 tokens
         assert runtime.packed_rows_multiple == multiple
-        batch = make_batch(rows, plan, None, 0, 0, 0, runtime, unpad=True)
-        assert batch.packing.tokens == (64 if multiple == 64 else 52)
+        batch = make_batch(rows, plan, None, 0, 0, 0, runtime, unpad=True, max_length=12)
+        assert batch.packing.tokens == tokens
+        assert batch.ids.shape == (8, 12 if compiled == "reduce-overhead" else 10)
+
+
+def test_compile_auto_is_cuda_graphs_for_one_gpu_process_and_eager_elsewhere() -> None:
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert resolve_compile("auto", gpu, processes=1, chunked=False) == "reduce-overhead"
+    assert resolve_compile("auto", cpu, processes=1, chunked=False) is False
+    assert resolve_compile("auto", gpu, processes=2, chunked=False) is False
+    assert resolve_compile("auto", gpu, processes=1, chunked=True) is False
+    for setting in (False, True, "reduce-overhead"):
+        assert resolve_compile(setting, cpu, processes=2, chunked=True) == setting
+    assert resolve_runtime("cpu", "fp32").compile is False  # auto on this machine
+
+
+def test_bucketed_packings_come_in_a_few_shapes_whatever_the_batch() -> None:
+    """Under CUDA graphs every tensor a step's forward reads has a shape fixed by the batch
+    size and the bucket of its real-token count: one recorded graph per bucket. The dynamic
+    layout meets a new shape almost every batch."""
+    lengths = np.random.default_rng(0).integers(3, 33, size=64 * 40)
+    rows = TokenRows.from_lists([[101, *range(2000, 2000 + n - 2), 102] for n in lengths])
+    plan = BatchPlan(len(rows), batch_size=64, world_size=1, seed=0)
+
+    def shapes(runtime) -> set[tuple]:
+        seen = set()
+        for step in range(40):
+            batch = make_batch(rows, plan, None, step, 0, 0, runtime, unpad=True, max_length=32)
+            p = batch.packing.repeated(2)  # the two views, as the trainer runs them
+            tensors = (batch.ids, p.indices, p.first, p.targets, p.padding, p.fillers)
+            seen.add(tuple(None if t is None else tuple(t.shape) for t in tensors))
+        return seen
+
+    bucketed = shapes(resolve_runtime("cpu", "fp32", compile="reduce-overhead"))
+    dynamic = shapes(resolve_runtime("cpu", "fp32"))
+    cells = 2 * 64 * 32
+    assert len({s[1] for s in bucketed}) <= -(-cells // GRAPH_ROWS_MULTIPLE) + 1
+    assert len(bucketed) == len({s[1] for s in bucketed})  # the bucket decides every shape
+    assert all(s[0] == (64, 32) for s in bucketed)
+    assert len(bucketed) <= 4 and len(dynamic) >= 30
+
+
+def test_fixed_shape_index_tensors_fill_up_with_repeats() -> None:
+    mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=bool)
+    packing = Packing.from_mask(mask, rows_multiple=4, fixed_shapes=True)
+    assert packing.padding.tolist() == [4, 5, 8, 4, 4, 4]  # 9 cells - 3 first tokens
+    assert packing.fillers.tolist() == [6, 7, 6]  # at most rows_multiple - 1
+    assert packing.indices.tolist() == [0, 1, 2, 3, 6, 7, 7, 7]
+    states = torch.arange(8.0)[:, None]
+    dynamic = Packing.from_mask(mask, rows_multiple=4)
+    assert torch.equal(packing.unpack(states), dynamic.unpack(states))
 
 
 def test_a_batch_without_padding_packs_by_reshaping() -> None:

@@ -195,11 +195,13 @@ class TrainParams(Section):
         "auto", description="auto: bf16 autocast on GPU, fp32 on CPU; objectives always in fp32"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    compile: Annotated[Literal[False, True, "reduce-overhead"], NotANumber] = Field(
-        False,
-        description="true: the training forward under torch.compile(dynamic=True); "
-        "reduce-overhead: also replayed as CUDA graphs, one launch for a step's kernels "
-        "(on a GPU; needs unpad: false)",
+    compile: Annotated[Literal["auto", False, True, "reduce-overhead"], NotANumber] = Field(
+        "auto",
+        description="auto: reduce-overhead for one process on a GPU, false otherwise "
+        "(config.json records what it resolved to); true: the training forward under "
+        "torch.compile(dynamic=True); reduce-overhead: also replayed as CUDA graphs, one launch "
+        "for a step's kernels (unpadded: each step packed into one of a few fixed shapes); "
+        "not part of the run id",
     )
     unpad: StrictBool = Field(
         True,
@@ -257,7 +259,7 @@ class TrainParams(Section):
     def _cached_steps_run_eagerly(self) -> Self:
         if self.embedding_chunk_size is None:
             return self
-        if self.compile:
+        if self.compile not in (False, "auto"):
             raise ValueError(
                 "embedding_chunk_size encodes each chunk twice with the same dropout masks, "
                 "replayed by the trainer's own dropout, which a compiled forward does not use; "
@@ -290,16 +292,6 @@ class TrainParams(Section):
             raise ValueError(
                 f"dev_pooler: {self.dev_pooler} is eval_pooler's already (null selects "
                 "with eval_pooler); remove it"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _cuda_graphs_need_fixed_shapes(self) -> Self:
-        if self.compile == "reduce-overhead" and self.unpad:
-            raise ValueError(
-                "compile: reduce-overhead replays CUDA graphs recorded for fixed tensor "
-                "shapes, and the unpadded forward's token count changes every step (a graph "
-                "recorded per step); set unpad: false with it"
             )
         return self
 

@@ -44,13 +44,22 @@ def read_config(folder: Path) -> dict[str, Any] | None:
         return None
 
 
+# How config.json's execution.compile (train.compile as resolved on the device) reads.
+COMPILE_LABELS = {False: "eager", True: "compiled", "reduce-overhead": "CUDA graphs"}
+
+
 def environment_summary(config: dict[str, Any] | None) -> str:
-    """'torch 2.13.0, transformers 4.57.1, cpu fp32' from a run's config.json."""
+    """'torch 2.13.0, transformers 4.57.1, cpu fp32, unpadded eager' from a run's config.json
+    (the forward as far as the record says: runs recorded before it say nothing of it)."""
     if not config or "execution" not in config:
         return "?"
     e = config["execution"]
     parts = [f"torch {e.get('torch', '?')}", f"transformers {e.get('transformers', '?')}"]
-    return ", ".join(parts) + f", {e.get('device', '?')} {e.get('precision', '?')}"
+    summary = ", ".join(parts) + f", {e.get('device', '?')} {e.get('precision', '?')}"
+    forward = [] if "unpadded" not in e else ["unpadded" if e["unpadded"] else "padded"]
+    if e.get("compile") in COMPILE_LABELS:
+        forward.append(COMPILE_LABELS[e["compile"]])
+    return ", ".join([summary, " ".join(forward)]) if forward else summary
 
 
 def origin_label(origin: dict[str, Any]) -> str:
