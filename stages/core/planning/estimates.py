@@ -49,16 +49,18 @@ The rates are read from ``measured_rates.json`` beside this module, which ``cse 
 --write-rates`` regenerates from the benchmark results in benchmarks/results/ (tests/
 test_estimates.py checks that it is current): train_gpu.json (H200) and train_gpu_h100.json
 (H100), the stage's trainer on a BERT-base-sized model at batch 64 (and 512 on the H200) and the
-H100's dev evaluations; train_cpu.json (all-MiniLM-L6-v2) and train_overhead.json (a 2-layer
-width-128 BERT), the trainer on the CPU at batch 64 in fp32 and bf16; smoke_time.json, the smoke
-preset end to end on the CPU (the tiny model's step, dev evaluation, SentEval and MTEB encoding,
-classifiers, and every stage's start-up); senteval.json, SentEval's encoding, classifiers in both
-modes and model load for all-MiniLM-L6-v2 on the CPU; mteb_minilm.json, MTEB's encoding of it.
-Not those files directly: they sit in the repository, not in the installed package this module
-belongs to; each benchmark script writes its own layout, which changes when a script does; and
-the DAG of either orchestrator is built from these estimates, so a half-written or reshaped
-result must not break it. A regenerated file is a reviewed diff of the figures every estimate
-rests on. (benchmarks/results/step_throughput_cpu.json is read by no estimate: it times a bare
+H100's dev evaluations; gpu_suite_<gpu>.json where a device has run benchmarks/gpu_suite.py (the
+default settings' rate at BERT-base and -large size, preferred at its size); train_cpu.json
+(all-MiniLM-L6-v2) and train_overhead.json (a 2-layer width-128 BERT), the trainer on the CPU at
+batch 64 in fp32 and bf16; smoke_time.json, the smoke preset end to end on the CPU (the tiny
+model's step, dev evaluation, SentEval and MTEB encoding, classifiers, and every stage's
+start-up); senteval.json, SentEval's encoding, classifiers in both modes and model load for
+all-MiniLM-L6-v2 on the CPU; mteb_minilm.json, MTEB's encoding of it. Not those files directly:
+they sit in the repository, not in the installed package this module belongs to; each benchmark
+script writes its own layout, which changes when a script does; and the DAG of either
+orchestrator is built from these estimates, so a half-written or reshaped result must not break
+it. A regenerated file is a reviewed diff of the figures every estimate rests on.
+(benchmarks/results/step_throughput_cpu.json is read by no estimate: it times a bare
 forward/backward loop, not the stage's trainer, on a busy machine, and its steps are 10 to 50
 times slower than the trainer's own records at the same sizes: train_overhead.json,
 train_cpu.json.)
@@ -477,6 +479,40 @@ def gpu_train_steps(file: str, device: str, runs: list[dict[str, Any]], at: str)
     ]
 
 
+SUITE_ARCHITECTURES = {"base": BERT_BASE, "large": BERT_LARGE}  # benchmarks/gpu_suite.py's sizes
+
+
+def gpu_suite_steps(file: str, data: dict[str, Any]) -> list[Measured]:
+    """benchmarks/gpu_suite.py's default-settings runs (each size, batch 64): the steady rate
+    with the dev evaluations' intervals left out. Listed before train_gpu's records, so that at
+    the same size and GPU the default settings' rate is the one an estimate uses."""
+    if data.get("smoke"):
+        return []
+    kind, batch = gpu_kind(data["device"]), data["protocol"]["batch_size"]
+    length = padded_length(data["protocol"]["max_seq_length"])
+    measured = []
+    for i, c in enumerate(data["configs"]):
+        rate = c.get("training_steps_per_s")
+        if c["name"] != "default" or not rate or "error" in c:
+            continue
+        execution = c.get("execution") or {}
+        forward = f"{'unpadded' if execution.get('unpadded') else 'padded'}, compile " + str(
+            execution.get("compile")
+        )
+        measured.append(
+            Measured(
+                "train_step",
+                kind,
+                execution.get("precision", "bf16"),
+                train_step_flops(SUITE_ARCHITECTURES[c["size"]], batch, length),
+                1 / rate,
+                f"{file} configs[{i}] (BERT-{c['size']}, batch {batch}, default settings: "
+                f"{forward}; training only: {rate:.1f} steps/s)",
+            )
+        )
+    return measured
+
+
 def h100_dev_evaluations(data: dict[str, Any]) -> list[Measured]:
     """train_gpu_h100.json's STS-B dev evaluations (BERT-base, fp32 as the trainer's default
     dev_precision), each run's median (the first pays for warming up)."""
@@ -650,6 +686,8 @@ def measured_rates(results: Path) -> dict[str, Any]:
             f"train_overhead.json: no 'L x H (FFN F)' in {overhead['setup']['model']!r}"
         )
     measured = [
+        *(m for path in sorted(results.glob("gpu_suite_*.json"))
+          for m in gpu_suite_steps(path.name, read(path.name))),
         *gpu_train_steps("train_gpu.json", h200["device"], h200["runs"], "runs"),
         *gpu_train_steps("train_gpu_h100.json", h100["device"], h100["eager"]["runs"],
                          "eager.runs"),
