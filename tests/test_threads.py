@@ -33,11 +33,15 @@ def planned_threads(*args: str) -> dict[str, str]:
     return threads
 
 
-@pytest.mark.parametrize(("cores", "gpus", "gpu_job"), [(4, 1, "4"), (8, 2, "4"), (1, 1, "1")])
-def test_each_rule_declares_its_share_of_the_cores(cores: int, gpus: int, gpu_job: str) -> None:
-    """A GPU job gets cores / gpus threads, the CPU-heavy triplets and figures every core, the
-    rest one: Snakemake then never runs more threads than --cores at once."""
-    threads = planned_threads("--cores", str(cores), "--resources", f"gpu={gpus}")
+@pytest.mark.parametrize(
+    ("cores", "gpus", "gpu_job"),
+    [(4, "gpu=1", "4"), (8, "gpu=2", "4"), (1, "gpu=1", "1"), (8, "gpu_share=4", "2")],
+)
+def test_each_rule_declares_its_share_of_the_cores(cores: int, gpus: str, gpu_job: str) -> None:
+    """A GPU job gets cores / (GPU jobs at once) threads (``gpu=N``: one per GPU;
+    ``gpu_share=N``: N sharing the GPUs), the CPU-heavy triplets and figures every core, the rest
+    one: Snakemake then never runs more threads than --cores at once."""
+    threads = planned_threads("--cores", str(cores), "--resources", gpus)
     assert threads["train"] == threads["evaluate"] == gpu_job
     assert threads["triplets"] == threads["figures"] == str(cores)
     assert threads["report"] == threads["download_corpus"] == "1"
@@ -86,3 +90,19 @@ def test_a_run_records_the_threads_it_trained_with(tmp_path: Path, shared_data: 
     assert result.returncode == 0, result.stderr[-2000:]
     config = json.loads((root / "runs" / run_id(root) / "config.json").read_text())
     assert config["execution"]["threads"] == 1
+
+
+def test_sharing_gpus_changes_no_job_s_command_or_params() -> None:
+    """``--resources gpu_share=N`` reaches the launcher in the environment, so a workspace
+    built with ``gpu=1`` and then run shared (or back) reruns nothing."""
+
+    def commands(resources: str) -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "4",
+             "--resources", resources],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return [line for line in out.splitlines() if "gpu-slot" in line]
+
+    whole = commands("gpu=1")
+    assert whole and whole == commands("gpu_share=4")

@@ -30,7 +30,7 @@ COMMANDS = {
     "docs": ("pipeline", "docs", "regenerate README.md's table of the evaluations"),
     "store": ("store", "store list|pull|push|verify|gc", "the shared runs store"),
     "export": ("export", "export EXPERIMENT DIR", "a run's checkpoint as a model folder (Hub)"),
-    "gpu-slot": ("gpu_slot", "gpu-slot [--gpus K] -- CMD", "run CMD on free GPUs of its own"),
+    "gpu-slot": ("gpu_slot", "gpu-slot [--gpus K|--share N] -- CMD", "run CMD on GPUs of its own"),
 }
 # commands whose module reads the command's name as its own first argument
 SUBCOMMANDS_OF_MODULE = {"pipeline"}

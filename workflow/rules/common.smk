@@ -1,11 +1,12 @@
 # The jobs of stages.core.planning.jobs for the rules (workflow/rules/rule_jobs.py); each rule's shell line
 # spells out the same command as the job's `cmd` in dvc.yaml (tests/test_pipeline.py checks it).
+import os
 import sys
 
 sys.path.insert(0, workflow.basedir)
 sys.path.insert(0, f"{workflow.basedir}/workflow/rules")
 
-from rule_jobs import RuleJobs, gpu_job_threads
+from rule_jobs import RuleJobs, gpu_job_threads, gpu_share
 from dvc_lock import share_dvc_lock
 
 from snakemake.exceptions import WorkflowError
@@ -38,7 +39,16 @@ try:
 except WorkflowError:
     CORES = None
 ALL_CORES = CORES or 1
-GPU_JOB_THREADS = gpu_job_threads(CORES, workflow.global_resources.get("gpu"))
+# Several runs per GPU: `--resources gpu_share=N` (with `gpu` not limited) runs N GPU jobs at
+# once, each on a slot of a device (stages/commands/gpu_slot.py); `--resources gpu=N` keeps one
+# job per GPU. Passed in the environment, not the rules' params, so that switching between the
+# two never reruns a job.
+GPU_SHARE = gpu_share(workflow.global_resources)
+if GPU_SHARE:
+    os.environ["CSE_GPU_SHARE"] = str(GPU_SHARE)
+else:
+    os.environ.pop("CSE_GPU_SHARE", None)
+GPU_JOB_THREADS = gpu_job_threads(CORES, GPU_SHARE or workflow.global_resources.get("gpu"))
 
 # (not in a cluster job's own parse; a Snakemake 9 without the property is taken as main)
 if getattr(workflow, "is_main_process", True):

@@ -19,6 +19,7 @@ rule evaluate:
     threads: GPU_JOB_THREADS
     resources:
         gpu=1,
+        gpu_share=1,
         runtime=JOBS.runtime("{evaluation}", wildcard="experiment"),
     shell:
         "{params.gpu_slot} python -m stages.evaluate {wildcards.evaluation} --experiment"

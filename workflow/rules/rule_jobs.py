@@ -9,7 +9,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,14 @@ class RuleJobs:
         """GPU jobs run through ``cse gpu-slot`` (on a machine with several GPUs each job gets
         devices of its own; under SLURM, or with one GPU, the command runs as is)."""
         return f"python -m stages.commands gpu-slot --gpus {resources.gpu} --"
+
+
+def gpu_share(global_resources: Mapping[str, Any]) -> int | None:
+    """N of ``--resources gpu_share=N`` when ``gpu`` is not limited too (the stricter
+    ``--resources gpu=N`` then means a whole device per job); else None."""
+    # (Snakemake's resources answer an unset name with a Resource of value None)
+    share, gpu = (getattr(r, "value", r) for r in map(global_resources.get, ("gpu_share", "gpu")))
+    return int(share) if share and gpu is None else None
 
 
 def gpu_job_threads(cores: int | None, gpus: object) -> int:

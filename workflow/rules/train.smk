@@ -17,6 +17,7 @@ rule train:
     threads: GPU_JOB_THREADS
     resources:
         gpu=1,
+        gpu_share=1,
         runtime=JOBS.runtime("train", wildcard="experiment"),
     shell:
         "{params.gpu_slot} python -m stages.train {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
