@@ -161,18 +161,20 @@ class Packing:
     never waits for the device.
 
     Filler rows (``from_mask(..., rows_multiple=k)``) round the packed row count up to a
-    multiple of k with copies of the last real token, computed and then dropped. With
-    ``fixed_shapes`` every index tensor's size depends only on the layout and the bucket
-    (``padding`` and ``fillers`` are filled up to their largest size with repeats of an entry,
-    which the in-place fills they serve write twice with the same value), so a CUDA graph recorded
-    for one bucket replays for every batch that falls in it (``train.compile: reduce-overhead``
-    with the unpadded forward, the trainer's layout padded to ``max_seq_length``). On a CPU in
+    multiple of k with copies of the last real token, computed and then dropped. On a CPU in
     bf16, oneDNN builds (JIT-compiles) a kernel for every new matrix shape, and the number of
     real tokens changes from batch to batch: a training step on fresh batches took 17-27% longer
     than on batches whose shapes it had seen (all-MiniLM-L6-v2 and a 2 × 128 encoder,
     AVX512-BF16), and a run meets new shapes for as long as it lasts. Rounding keeps the shapes to
     a few dozen for a few percent more rows. The trainer's fp32 products on an x86 CPU run on
-    oneDNN too (``stages.modeling.cpu_linear``); CUDA needs no rounding.
+    oneDNN too (``stages.modeling.cpu_linear``).
+
+    CUDA graphs replay a graph recorded for exactly one shape of every tensor (``train.compile:
+    reduce-overhead``): there the layout is padded to ``max_seq_length`` and ``fixed_shapes``
+    makes every index tensor's size depend only on the layout and the bucket (at least one filler
+    row; ``padding`` and ``fillers`` filled up to their largest size with repeats of an entry,
+    which the in-place fills they serve write twice with the same value; only a batch without any
+    padding differs), so a graph recorded for one bucket replays for every batch in it.
     """
 
     indices: torch.Tensor
@@ -221,7 +223,10 @@ class Packing:
         first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         move = to_device or torch.from_numpy
         cells, real = batch * length, indices.size
-        fillers = min(-(-real // rows_multiple) * rows_multiple, cells) - real
+        # fixed shapes: at least one filler, so that a batch whose tokens fill its bucket
+        # exactly takes the bucket's graph, not one without fillers (a recompile)
+        rounded = -(-(real + fixed_shapes) // rows_multiple) * rows_multiple
+        fillers = min(rounded, cells) - real
         targets = None
         if fillers > 0:
             targets = move(np.concatenate([indices, np.full(fillers, cells)]).astype(np.int64))
@@ -230,7 +235,7 @@ class Packing:
         filler_rows = np.arange(real, real + fillers, dtype=np.int64)
         if fixed_shapes:
             padding = _filled_up(padding, cells - batch)  # every row holds a token
-            filler_rows = _filled_up(filler_rows, rows_multiple - 1)
+            filler_rows = _filled_up(filler_rows, rows_multiple)
         return cls(
             move(indices.astype(np.int64)),
             move(first.astype(np.int64)),

@@ -454,7 +454,9 @@ def test_fixed_shape_index_tensors_fill_up_with_repeats() -> None:
     mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=bool)
     packing = Packing.from_mask(mask, rows_multiple=4, fixed_shapes=True)
     assert packing.padding.tolist() == [4, 5, 8, 4, 4, 4]  # 9 cells - 3 first tokens
-    assert packing.fillers.tolist() == [6, 7, 6]  # at most rows_multiple - 1
+    assert packing.fillers.tolist() == [6, 7, 6, 6]  # 1 to rows_multiple of them
+    exact = Packing.from_mask(mask, rows_multiple=3, fixed_shapes=True)  # 6 real: 3 fillers
+    assert exact.tokens == 9 and exact.fillers.tolist() == [6, 7, 8]
     assert packing.indices.tolist() == [0, 1, 2, 3, 6, 7, 7, 7]
     states = torch.arange(8.0)[:, None]
     dynamic = Packing.from_mask(mask, rows_multiple=4)
