@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-# The paper behind each objective, for "how to cite" (every method builds on SimCSE).
+# The paper behind each objective, for "how to cite" (every method builds on SimCSE): the one
+# place a new objective's citation goes (docs/extending.md, "Add an objective").
 SIMCSE = (
     "Gao, Yao and Chen (2021). SimCSE: Simple Contrastive Learning of Sentence Embeddings. EMNLP."
 )
