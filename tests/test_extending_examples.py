@@ -284,3 +284,25 @@ def test_the_family_folder_command_refuses_an_existing_folder_and_an_unknown_fam
         assert exit_status.value.code == 2
         assert message in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # nothing half-written
+
+
+def test_the_backbone_examples_padded_forward_equals_hugging_faces_with_each_attention(
+    albert,
+) -> None:
+    """``ready_mask`` and ``attention`` as the page declares them: the trainer's padded forward
+    (a ready 4-D mask) equals ALBERT's own with its 2-D mask, under each implementation."""
+    from stages.modeling.backbone import load_backbone, load_tokenizer
+    from stages.modeling.pooling import pool
+    from stages.training.contrastive_model import ContrastiveModel
+
+    key, spec = albert
+    batch = load_tokenizer(spec, key)(SENTENCES, padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    for implementation in ("sdpa", "eager"):
+        encoder = load_backbone(spec, dropout=0.0, attn_implementation=implementation, key=key)
+        model = ContrastiveModel(encoder.eval(), "mean", unpad=False)
+        with torch.no_grad():
+            reference = pool(encoder(input_ids=ids, attention_mask=mask), mask.bool(), "mean")
+            torch.testing.assert_close(
+                model.embed(ids, mask.bool()), reference, rtol=1e-5, atol=1e-6
+            )

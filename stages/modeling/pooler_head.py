@@ -112,7 +112,8 @@ def attach_pooler_head(encoder: PreTrainedModel) -> nn.Module:
 
 def use_head_kind(encoder: PreTrainedModel, kind: str) -> nn.Module:
     """The encoder's pooler computing ``kind`` (``HEAD_KINDS``): its own (or attached) pooler for
-    simcse, else a ``PoolerHead`` of that kind in its slot, holding the same dense layer."""
+    simcse, else a ``PoolerHead`` of that kind in its slot, holding the same dense layer; for a
+    pooler laid out as ALBERT's, ``linear`` by an identity in its activation's slot."""
     head = attach_pooler_head(encoder)
     if kind == "simcse":
         return head
