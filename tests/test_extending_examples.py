@@ -122,6 +122,18 @@ def test_the_objective_example_builds_by_name_and_computes_its_equation(symmetri
     assert low.loss.dtype == torch.float32
 
 
+def test_the_objective_examples_paper_is_cited_by_a_trained_models_card(
+    symmetric_infonce,
+) -> None:
+    from stages.modeling.model_card import SIMCSE, render_model_card
+
+    config = {"settings": {"objective": {"name": "symmetric_infonce"}}, "backbone_spec": {}}
+    card = render_model_card(config, {})
+    citation = card[card.index("## Citation") :]
+    assert citation.splitlines()[2:] == [f"- {SIMCSE}", f"- {symmetric_infonce.paper}"]
+    assert "(CLIP)" in symmetric_infonce.paper
+
+
 def test_the_objective_examples_bounds_row_refuses_a_weight_out_of_range(
     symmetric_infonce,
 ) -> None:

@@ -20,17 +20,24 @@ from stages.core.schema.bounds import Real
 CONSTANT = "constant"
 
 
+COOLDOWN = (
+    "Simple Temperature Cool-down in Contrastive Framework for Unsupervised Sentence "
+    "Representation Learning."
+)
+
+
 @dataclass(frozen=True)
 class Schedule:
     summary: str  # one line for the field's description and the docs
     cool_down: bool  # takes initial_tau and step_ratio (constant: neither)
+    paper: str = ""  # cited by a trained model's card
 
 
 SCHEDULES: dict[str, Schedule] = {
     CONSTANT: Schedule("the objective's tau at every step", cool_down=False),
-    "tcc": Schedule("cool-down with a constant (eq. 2)", cool_down=True),
-    "tcs": Schedule("cool-down with a step function (eq. 3)", cool_down=True),
-    "linear": Schedule("linear cool-down TCL (eq. 4)", cool_down=True),
+    "tcc": Schedule("cool-down with a constant (eq. 2)", cool_down=True, paper=COOLDOWN),
+    "tcs": Schedule("cool-down with a step function (eq. 3)", cool_down=True, paper=COOLDOWN),
+    "linear": Schedule("linear cool-down TCL (eq. 4)", cool_down=True, paper=COOLDOWN),
 }
 
 
