@@ -1,5 +1,6 @@
 """The registries in the hand-written docs: the one table of the objectives (docs/objectives.md)
-has a row for every registered objective and none for an unregistered one, and the lists of
+has a row for every registered objective and none for an unregistered one, the schedules table
+one for every temperature schedule (which has its arithmetic), and the lists of
 supported backbone families (README, docs/extending.md) name every adapter. A new objective or
 family is described where readers look, not only registered."""
 
@@ -51,3 +52,19 @@ def test_the_objectives_table_has_a_row_for_every_registered_objective() -> None
 def test_the_docs_name_every_supported_backbone_family(doc: str, heading: str) -> None:
     text = section(doc, heading)
     assert [family for family in ADAPTERS if f"`{family}`" not in text] == []
+
+
+SCHEDULES_TABLE = ("docs/objectives.md", "## Temperature schedules (cool-down paper, eqs. 2-4)")
+
+
+def test_every_registered_schedule_has_its_arithmetic_and_a_row_in_the_docs() -> None:
+    from stages.core.schema.temperature_settings import SCHEDULES, cool_downs
+    from stages.objectives.temperature import COOL_DOWNS
+
+    assert sorted(COOL_DOWNS) == sorted(cool_downs()), (
+        "stages/objectives/temperature.py COOL_DOWNS must have one function per cool-down of "
+        "SCHEDULES (stages/core/schema/temperature_settings.py)"
+    )
+    rows = re.findall(r"^\| `(\w+)` \|", section(*SCHEDULES_TABLE), re.MULTILINE)
+    assert rows[0] == "schedule"  # the header
+    assert sorted(rows[1:]) == sorted(SCHEDULES), f"{SCHEDULES_TABLE}: one row per schedule"

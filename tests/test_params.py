@@ -128,7 +128,7 @@ BAD_PARAMS = [
     ),
     (
         "unknown schedule",
-        set_key("methods.simcse.temperature", {"schedule": "cosine"}),
+        set_key("methods.simcse.temperature", {"schedule": "cyclic"}),
         ["methods.simcse.temperature.schedule", "'constant', 'tcc', 'tcs' or 'linear'"],
     ),
     (

@@ -27,7 +27,7 @@ from transformers import (
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core.schema.params import PACKAGE_PREFIX, BackboneParams, RandomInit
-from stages.modeling.backbone_adapters import BackboneAdapter, adapter_for
+from stages.modeling.backbone_adapters import BackboneAdapter, adapter_for, log_padded_only
 
 # What from_pretrained raises for a model it cannot load: a missing file or hub repo (OSError), a
 # config it does not recognise (ValueError), a damaged or truncated weights file (SafetensorError).
@@ -151,6 +151,7 @@ def load_backbone(
     with loading(label, "config", location):
         config = AutoConfig.from_pretrained(location, revision=spec.revision)
     adapter = adapter_for(config.model_type)
+    log_padded_only(adapter)
     if spec.random_init is not None:
         config = resized_config(config, adapter, spec.random_init)
     if dropout is None:

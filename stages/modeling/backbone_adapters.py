@@ -10,6 +10,11 @@ The training and evaluation code is written once for every backbone; each family
   ``add_pooling_layer=True``. Pooler ``cls`` trains SimCSE's MLP head in that slot; a family
   without one gets the same Linear + tanh head attached as ``encoder.pooler``
   (``stages.modeling.pooler_head``), saved with the checkpoint and restored by the evaluators.
+- ``pooler_activation``: where a family's pooler is a bare Linear (``encoder.pooler``, saved as
+  ``pooler.weight``/``pooler.bias``) with its tanh in another attribute, that attribute's name
+  (ALBERT: ``pooler_activation``); empty for BERT's layout, one module holding both
+  (``pooler.dense`` + ``pooler.activation``). The training head and the evaluators read the
+  Linear and the tanh where it says (``pooler_head.pooler_head``, ``saved_head_weights``).
 - ``attention``: the attention implementations that compute the right thing with the masks the
   project hands over, the preferred first (flash and flex attention take other mask forms;
   MPNet and DeBERTa-v2 have eager attention only).
@@ -19,7 +24,8 @@ The training and evaluation code is written once for every backbone; each family
   embeddings by the 2-D mask and ModernBERT derives its sliding-window mask from it, so those
   two get the 2-D mask.
 - ``packed_layout``: the packed (unpadded) forward of ``stages.modeling.unpadded`` that runs it;
-  None with ``padded_only`` saying why the padded forward is used instead.
+  None with ``padded_only`` saying why the padded forward is used instead (logged once per
+  process when such a family is loaded: ``log_padded_only``).
 - ``token_type_ids``: the model takes token type ids (a tokenizer may return them regardless).
 - ``config_names``: ``random_init``'s BERT names that the family's config spells otherwise
   (where transformers' ``attribute_map`` does not already translate them); ``derived_keys``:
@@ -36,11 +42,13 @@ To add a family: one ``BackboneAdapter`` in ``ADAPTERS`` below and its tiny conf
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 REGISTRY_FILE = "stages/modeling/backbone_adapters.py"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,16 +62,24 @@ class BackboneAdapter:
     token_type_ids: bool
     packed_layout: str | None = None
     padded_only: str = ""
+    pooler_activation: str = ""
     config_names: Mapping[str, str] = field(default_factory=dict)
     derived_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.packed_layout is None) == (not self.padded_only):
             raise ValueError(f"{self.model_type}: give a packed_layout or say why padded_only")
+        if self.pooler_activation and not self.has_pooler:
+            raise ValueError(f"{self.model_type}: pooler_activation needs has_pooler=True")
 
     def model_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the AutoModel constructor (BERT's pooler when it has one)."""
         return {"add_pooling_layer": True} if self.has_pooler else {}
+
+    def head_keys(self) -> tuple[str, str]:
+        """The state-dict keys of the pooler's Linear (weight, bias) in a saved model."""
+        stem = "pooler" if self.pooler_activation else "pooler.dense"
+        return f"{stem}.weight", f"{stem}.bias"
 
     def dropout_overrides(self, dropout: float) -> dict[str, float]:
         return dict.fromkeys(self.dropout_keys, dropout)
@@ -116,6 +132,20 @@ ADAPTERS: dict[str, BackboneAdapter] = {
 
 def find_adapter(model_type: str | None) -> BackboneAdapter | None:
     return ADAPTERS.get(model_type or "")
+
+
+_ANNOUNCED_PADDED: set[str] = set()
+
+
+def log_padded_only(adapter: BackboneAdapter | None) -> None:
+    """One warning per process that a family without a packed layout runs the padded forward
+    (computing the padding too: slower, same numbers), and why."""
+    if adapter is None or not adapter.padded_only or adapter.model_type in _ANNOUNCED_PADDED:
+        return
+    _ANNOUNCED_PADDED.add(adapter.model_type)
+    log.warning(
+        "%s runs the padded forward (no packed layout: %s)", adapter.family, adapter.padded_only
+    )
 
 
 def adapter_for(model_type: str | None) -> BackboneAdapter:

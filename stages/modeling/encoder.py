@@ -27,14 +27,14 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from stages.core.identity.code import code_identity
 from stages.core.schema.params import POOLERS
 from stages.core.storage import layout
 from stages.modeling.backbone import loading, model_location, pretrained_tokenizer
-from stages.modeling.backbone_adapters import find_adapter
+from stages.modeling.backbone_adapters import find_adapter, log_padded_only
 from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info
 from stages.modeling.cpu_linear import use_onednn_linear
 from stages.modeling.input_length import LIMIT_PARTS, max_model_length
@@ -275,9 +275,20 @@ class SentenceEncoder:
         self.max_length = max_length or longest
 
     def _load_model(self) -> PreTrainedModel:
+        with loading(self.model_name, "config", self.location):
+            config = AutoConfig.from_pretrained(self.location, revision=self.revision)
+        # built as training builds the family (its pooler: add_pooling_layer where AutoModel
+        # would otherwise leave it out), so a trained pooler is loaded, never left random
+        adapter = find_adapter(config.model_type)
+        log_padded_only(adapter)
         with loading(self.model_name, "weights", self.location):
             model, report = AutoModel.from_pretrained(  # float32: precision is autocast's
-                self.location, revision=self.revision, output_loading_info=True, dtype=torch.float32
+                self.location,
+                revision=self.revision,
+                config=config,
+                output_loading_info=True,
+                dtype=torch.float32,
+                **(adapter.model_kwargs() if adapter is not None else {}),
             )
         missing = report.get("missing_keys", [])
         encoder_missing = [k for k in missing if not k.startswith("pooler.")]

@@ -14,28 +14,21 @@ from typing import Any
 
 import yaml
 
-# The paper behind each objective, for "how to cite" (every method builds on SimCSE).
+from stages.core.schema.objective_settings import SETTINGS_BY_NAME
+from stages.core.schema.temperature_settings import CONSTANT, SCHEDULES
+
 SIMCSE = (
     "Gao, Yao and Chen (2021). SimCSE: Simple Contrastive Learning of Sentence Embeddings. EMNLP."
 )
-PAPERS = {
-    "arccon": "Zhang et al. (2022). A Contrastive Framework for Learning Sentence "
-    "Representations from Pairwise and Triple-wise Perspective in Angular Space (ArcCSE). ACL.",
-    "arccse": "Zhang et al. (2022). A Contrastive Framework for Learning Sentence "
-    "Representations from Pairwise and Triple-wise Perspective in Angular Space (ArcCSE). ACL.",
-    "simace": "A Simple Angle-based Approach for Contrastive Learning of Unsupervised Sentence "
-    "Representation (SimACE).",
-    "align_uniform": "On the Inadequacy of Optimizing Alignment and Uniformity in Contrastive "
-    "Learning of Sentence Representations.",
-    "align_mhe": "Towards Better Understanding of Contrastive Sentence Representation Learning: "
-    "A Unified Paradigm for Gradient.",
-}
-for _name in ("dcl", "dcl_plus", "mpt", "met", "mat"):
-    PAPERS[_name] = PAPERS["align_uniform"]
-for _name in ("align_mhs", "barlow_twins", "vicreg"):
-    PAPERS[_name] = PAPERS["align_mhe"]
-COOLDOWN = "Simple Temperature Cool-down in Contrastive Framework for Unsupervised Sentence "
-COOLDOWN += "Representation Learning."
+
+
+def citations(objective: dict[str, Any], temperature: dict[str, Any] | None) -> list[str]:
+    """SimCSE, the objective's paper (its settings' ``paper``) and the temperature schedule's
+    (``Schedule.paper``), as a run's config.json records the objective and schedule."""
+    settings = SETTINGS_BY_NAME.get(str(objective.get("name")))
+    schedule = SCHEDULES.get(str((temperature or {}).get("schedule", CONSTANT)))
+    papers = [SIMCSE, settings.paper if settings else "", schedule.paper if schedule else ""]
+    return [paper for paper in papers if paper]
 
 
 def hub_model_id(backbone: dict[str, Any]) -> bool:
@@ -156,10 +149,6 @@ def render_model_card(
         "",
         "## Citation",
         "",
-        f"- {SIMCSE}",
+        *[f"- {paper}" for paper in citations(objective, settings.get("temperature"))],
     ]
-    if name in PAPERS:
-        lines.append(f"- {PAPERS[name]}")
-    if (settings.get("temperature") or {}).get("schedule", "constant") != "constant":
-        lines.append(f"- {COOLDOWN}")
     return "\n".join(lines) + "\n"

@@ -7,6 +7,12 @@ DistilBERT, DeBERTa-v2/v3 and ModernBERT have none, so training with pooler ``cl
 such a checkpoint with AutoModel drops them as unexpected keys, so the evaluators restore them
 with ``restore_pooler_head`` / ``saved_head_weights``.
 
+ALBERT's pooler is laid out otherwise: ``encoder.pooler`` a bare Linear (saved as
+``pooler.weight``/``pooler.bias``) and its tanh in ``encoder.pooler_activation`` (the adapter's
+``pooler_activation``). ``pooler_head`` then returns a ``SplitPooler`` over the two modules where
+they are (nothing in the model moves, so its forward, its ``pooler_output`` and its saved keys
+stay the family's), and ``saved_head_weights`` reads the Linear under the family's keys.
+
 Paper 002's released code trains another head (``train.head``): Linear only on BERT, tanh then
 Linear on RoBERTa; ``use_head_kind`` puts a ``PoolerHead`` of that kind in the pooler slot, with
 the same parameter names. Such a head is for training only (the evaluators read a saved head as
@@ -23,9 +29,9 @@ from safetensors import safe_open
 from torch import nn
 from transformers import PreTrainedModel
 
-from stages.modeling.backbone_adapters import find_adapter
+from stages.modeling.backbone_adapters import BackboneAdapter, find_adapter
 
-HEAD_KEYS = ("pooler.dense.weight", "pooler.dense.bias")
+HEAD_KEYS = ("pooler.dense.weight", "pooler.dense.bias")  # BERT's layout and PoolerHead's
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 
@@ -54,10 +60,39 @@ class PoolerHead(nn.Module):
         return self.activation(self.dense(first))
 
 
+class SplitPooler(nn.Module):
+    """A family's pooler whose Linear and activation are two attributes of the model (ALBERT):
+    activation(dense(first token's state)), computed with the model's own two modules."""
+
+    def __init__(self, dense: nn.Module, activation: nn.Module) -> None:
+        super().__init__()
+        self.dense = dense
+        self.activation = activation
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))
+
+
+def _split_layout(model: nn.Module) -> BackboneAdapter | None:
+    """The adapter of ``model``'s family when its pooler is a bare Linear with the activation
+    apart (and not replaced by a ``PoolerHead``), else None."""
+    config = getattr(model, "config", None)
+    adapter = find_adapter(getattr(config, "model_type", None))
+    if adapter is None or not adapter.pooler_activation:
+        return None
+    return None if isinstance(getattr(model, "pooler", None), PoolerHead) else adapter
+
+
 def pooler_head(model: nn.Module) -> nn.Module | None:
-    """The model's pooler module (its own, or an attached ``PoolerHead``), or None."""
+    """The model's pooler module over its last hidden states (its own, an attached
+    ``PoolerHead``, or a ``SplitPooler`` over a pooler laid out as ALBERT's), or None."""
     head = getattr(model, "pooler", None)
-    return head if isinstance(head, nn.Module) else None
+    if not isinstance(head, nn.Module):
+        return None
+    adapter = _split_layout(model)
+    if adapter is None:
+        return head
+    return SplitPooler(head, getattr(model, adapter.pooler_activation))
 
 
 def attach_pooler_head(encoder: PreTrainedModel) -> nn.Module:
@@ -77,35 +112,58 @@ def attach_pooler_head(encoder: PreTrainedModel) -> nn.Module:
 
 def use_head_kind(encoder: PreTrainedModel, kind: str) -> nn.Module:
     """The encoder's pooler computing ``kind`` (``HEAD_KINDS``): its own (or attached) pooler for
-    simcse, else a ``PoolerHead`` of that kind in its slot, holding the same dense layer."""
+    simcse, else a ``PoolerHead`` of that kind in its slot, holding the same dense layer; for a
+    pooler laid out as ALBERT's, ``linear`` by an identity in its activation's slot."""
     head = attach_pooler_head(encoder)
     if kind == "simcse":
         return head
+    adapter = _split_layout(encoder)
+    if adapter is not None:
+        # the family's forward applies its activation after the Linear: "linear" drops it there
+        if kind != "linear":
+            raise ValueError(
+                f"head '{kind}' puts the activation before the Linear; {adapter.family}'s pooler "
+                "applies it after (heads: simcse, linear)"
+            )
+        setattr(encoder, adapter.pooler_activation, nn.Identity())
+        return pooler_head(encoder)
     replacement = PoolerHead(encoder.config.hidden_size, kind)
     replacement.dense = head.dense
     encoder.pooler = replacement
     return replacement
 
 
+def saved_head_keys(folder: Path) -> tuple[str, ...]:
+    """The keys of the pooler's Linear in the model saved in ``folder``: its family's
+    (``BackboneAdapter.head_keys``), BERT's for a family without an adapter."""
+    config = folder / "config.json"
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    adapter = find_adapter(model_type)
+    return adapter.head_keys() if adapter is not None else HEAD_KEYS
+
+
 def saved_head_weights(model_dir: str | Path) -> dict[str, torch.Tensor] | None:
-    """``pooler.dense.{weight,bias}`` from a saved model's safetensors, or None if absent."""
+    """The pooler's Linear from a saved model's safetensors as ``dense.{weight,bias}``
+    (``pooler.dense.*``, or ``pooler.*`` for a family whose activation is apart), or None if
+    absent."""
     folder = Path(model_dir)
+    head_keys = saved_head_keys(folder)
     index = folder / WEIGHTS_INDEX
     if index.is_file():
         files = json.loads(index.read_text())["weight_map"]
-        located = {key: folder / files[key] for key in HEAD_KEYS if key in files}
+        located = {key: folder / files[key] for key in head_keys if key in files}
     elif (folder / WEIGHTS_FILE).is_file():
         with safe_open(folder / WEIGHTS_FILE, framework="pt") as f:
             names = set(f.keys())
-        located = {key: folder / WEIGHTS_FILE for key in HEAD_KEYS if key in names}
+        located = {key: folder / WEIGHTS_FILE for key in head_keys if key in names}
     else:
         return None
-    if len(located) < len(HEAD_KEYS):
+    if len(located) < len(head_keys):
         return None
     weights = {}
     for key, path in located.items():
         with safe_open(path, framework="pt") as f:
-            weights[key.removeprefix("pooler.")] = f.get_tensor(key)
+            weights["dense." + key.rsplit(".", 1)[1]] = f.get_tensor(key)
     return weights
 
 

@@ -22,7 +22,10 @@ Triplets = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 @dataclass
 class LossOutput:
-    """A scalar loss plus cheap diagnostics (detached 0-d tensors, read only when logging)."""
+    """What ``compute`` returns: ``loss``, the 0-d tensor the trainer back-propagates, and
+    ``stats``, cheap diagnostics by name (detached 0-d tensors left on the device, logged beside
+    the loss at every optimizer step: the run's ``train`` events), e.g. ``view_stats``'s
+    ``pos_cos`` and ``neg_cos``."""
 
     loss: torch.Tensor
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -48,9 +51,13 @@ class Objective:
     ) -> LossOutput:
         """Loss of anchors ``z`` (N x d) against positives ``z_pos`` (N x d).
 
-        Row i of ``z_pos`` is the positive of row i of ``z``; every other row is an in-batch
-        negative. ``tau`` overrides the configured temperature (temperature schedules);
-        ``triplets`` carries (s, s', s'') representations for objectives that need them.
+        ``z`` and ``z_pos`` are the pooled sentence vectors of the two dropout views
+        (``train.pooler``), not normalised. Row i of ``z_pos`` is the positive of row i of
+        ``z``; every other row is an in-batch negative. With ``train.gather_negatives`` on
+        several ranks the trainer gathers every rank's rows (with their gradients) before the
+        call, so N is the global batch. ``tau`` overrides the configured temperature
+        (temperature schedules); ``triplets`` carries (s, s', s'') representations, three
+        N_t x d tensors, for objectives that need them.
         """
         if z.ndim != 2 or z.shape != z_pos.shape:
             raise ValueError(
@@ -82,5 +89,6 @@ class Objective:
         tau: float | None,
         triplets: Triplets | None,
     ) -> LossOutput:
-        """The loss on validated, full-precision inputs; ``tau`` is the temperature to use
-        (None for objectives without one)."""
+        """The loss on validated inputs in at least fp32, autocast off (shapes and meaning as
+        ``__call__`` says; normalising is the loss's own business: ``geometry.normalize``);
+        ``tau`` is the temperature of this step (None for objectives without one)."""

@@ -23,9 +23,10 @@ from transformers import AutoConfig
 from stages.core.schema.params import POOLERS, BackboneParams, RandomInit
 from stages.modeling import unpadded
 from stages.modeling.backbone import load_backbone
-from stages.modeling.backbone_adapters import ADAPTERS, adapter_for
+from stages.modeling.backbone_adapters import ADAPTERS, BackboneAdapter, adapter_for
 from stages.modeling.dropout import FAST_DROPOUT_SDPA, use_fast_dropout
 from stages.modeling.encoder import SentenceEncoder, embed
+from stages.modeling.family_folder import write_family_folder
 from stages.modeling.pooler_head import PoolerHead
 from stages.modeling.pooling import pool
 from stages.modeling.unpadded import (
@@ -69,20 +70,13 @@ def test_every_supported_family_has_a_tiny_config_here() -> None:
 
 
 def tiny_backbone(folder, model_type: str, tokenizer, **extra: Any) -> BackboneParams:
-    """A model folder with only the family's config (``extra`` on top of its tiny one) and the
-    MiniLM tokenizer, loaded with ``random_init`` (the project's own path for tiny and timing
-    runs)."""
-    special = {
-        f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "cls", "sep")
-    }
-    if model_type == "modernbert":
-        special |= {"bos_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id}
-    config = AutoConfig.for_model(
-        model_type, vocab_size=len(tokenizer), **special, **TINY_CONFIGS[model_type], **extra
+    """A model folder made as docs/extending.md says (``write_family_folder``: the family's
+    config, ``extra`` on top of its tiny one, and the MiniLM tokenizer), loaded with
+    ``random_init`` (the project's own path for tiny and timing runs)."""
+    model = write_family_folder(
+        folder / model_type, model_type, tokenizer.name_or_path, **TINY_CONFIGS[model_type], **extra
     )
-    config.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return BackboneParams(model=str(folder), random_init=SIZES)
+    return BackboneParams(model=str(model), random_init=SIZES)
 
 
 @pytest.fixture(scope="module")
@@ -424,3 +418,18 @@ def test_the_pooler_head_the_trainer_attaches_is_on_onednn_too(
     expected = OneDnnLinear if runtime.onednn_linear else nn.Linear
     assert isinstance(encoder.pooler, PoolerHead) and type(encoder.pooler.dense) is expected
     assert all(type(m) is expected for m in linears)
+
+
+def test_the_evaluation_encoder_builds_the_model_with_the_adapters_loading_arguments(
+    backbones, tokenizer, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As training builds it (``load_backbone``): a family whose AutoModel leaves its pooler out
+    unless asked would otherwise be evaluated with a pooler missing or random."""
+    folder = tmp_path / "saved"
+    load_backbone(backbones["bert"], dropout=0.0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    own = SentenceEncoder(str(folder), "mean", device="cpu").model.pooler
+    assert type(own).__name__ == "BertPooler"
+    monkeypatch.setattr(BackboneAdapter, "model_kwargs", lambda self: {"add_pooling_layer": False})
+    # built without its pooler, so the saved head is restored as a family without one gets it
+    assert isinstance(SentenceEncoder(str(folder), "mean", device="cpu").model.pooler, PoolerHead)

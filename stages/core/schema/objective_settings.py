@@ -23,6 +23,26 @@ from stages.core.schema.bounds import Real
 Implementation = Literal["paper", "code"]
 
 
+# The papers the objectives come from, cited by a trained model's card after SimCSE
+# (``ObjectiveSettings.paper``).
+ARCCSE = (
+    "Zhang et al. (2022). A Contrastive Framework for Learning Sentence Representations from "
+    "Pairwise and Triple-wise Perspective in Angular Space (ArcCSE). ACL."
+)
+SIMACE = (
+    "A Simple Angle-based Approach for Contrastive Learning of Unsupervised Sentence "
+    "Representation (SimACE)."
+)
+ALIGN_UNIFORM = (
+    "On the Inadequacy of Optimizing Alignment and Uniformity in Contrastive Learning of "
+    "Sentence Representations."
+)
+UNIFIED_GRADIENT = (
+    "Towards Better Understanding of Contrastive Sentence Representation Learning: A Unified "
+    "Paradigm for Gradient."
+)
+
+
 class ObjectiveSettings(BaseModel):
     """Base class of every objective's settings. Subclasses set ``name: Literal[...]`` and their
     hyperparameters."""
@@ -35,6 +55,9 @@ class ObjectiveSettings(BaseModel):
     uses_temperature: ClassVar[bool] = False
     # Whether the trainer must encode ArcCSE masked triplets (dropout off) for this objective.
     needs_triplets: ClassVar[bool] = False
+    # The paper that defines the objective (its model card's citation after SimCSE's); none
+    # for SimCSE's own loss. Not part of a run's id: it changes no number.
+    paper: ClassVar[str] = ""
 
     def derived(self) -> dict[str, Any]:
         """What this module's code derives from the settings for the losses and the trainer to
@@ -87,6 +110,7 @@ class ArcConSettings(ObjectiveSettings):
     """ArcCSE (Zhang et al., 2022): ``stages.objectives.arccse.ArcCon``."""
 
     name: Literal["arccon"]
+    paper: ClassVar[str] = ARCCSE
     tau: Real("tau") = Field(0.05, description="temperature (ArcCSE: 0.05 on every backbone)")
     margin_deg: Real("arc_margin_deg") = _margin_field(10.0)
     uses_temperature: ClassVar[bool] = True
@@ -96,6 +120,7 @@ class ArcCSESettings(ObjectiveSettings):
     """ArcCSE (Zhang et al., 2022): ``stages.objectives.arccse.ArcCSE``."""
 
     name: Literal["arccse"]
+    paper: ClassVar[str] = ARCCSE
     tau: Real("tau") = Field(0.05, description="temperature of ArcCon (0.05 on every backbone)")
     margin_deg: Real("arc_margin_deg") = _margin_field(10.0)
     triplet_weight: Real("triplet_weight") = Field(
@@ -112,6 +137,7 @@ class SimACESettings(ObjectiveSettings):
     """SimACE: ``stages.objectives.simace.SimACE``."""
 
     name: Literal["simace"]
+    paper: ClassVar[str] = SIMACE
     tau: Real("tau") = Field(
         0.06, description="temperature (Table 7: 0.06 BERT-base/large, 0.05 RoBERTa)"
     )
@@ -127,6 +153,7 @@ class AlignUniformSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.alignment_uniformity``."""
 
     name: Literal["align_uniform"]
+    paper: ClassVar[str] = ALIGN_UNIFORM
     uniformity_weight: Real("au_uniformity_weight") = Field(
         0.1,
         description="lambda (Table 2: 0.1 BERT-base/large, 0.2 RoBERTa-base, 0.4 RoBERTa-large)",
@@ -144,6 +171,7 @@ class DCLSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.alignment_uniformity.DCL``."""
 
     name: Literal["dcl"]
+    paper: ClassVar[str] = ALIGN_UNIFORM
     tau: Real("tau") = Field(
         0.03,
         description="temperature (Table 2: 0.03 BERT-base, 0.01 BERT-large, "
@@ -156,6 +184,7 @@ class DCLPlusSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.alignment_uniformity.DCLPlus``."""
 
     name: Literal["dcl_plus"]
+    paper: ClassVar[str] = ALIGN_UNIFORM
     tau: Real("tau") = Field(
         0.17,
         description="temperature (Table 2: 0.17 BERT-base, 0.18 BERT-large, "
@@ -168,6 +197,7 @@ class MPTSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.hardest_negative.MPT``."""
 
     name: Literal["mpt"]
+    paper: ClassVar[str] = ALIGN_UNIFORM
     margin: Real("margin") = Field(
         0.23,
         description="m on cosines (Table 2: 0.23 BERT-base, 0.24 BERT-large, "
@@ -180,6 +210,7 @@ class METSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.hardest_negative.MET``."""
 
     name: Literal["met"]
+    paper: ClassVar[str] = ALIGN_UNIFORM
     margin: Real("margin") = Field(
         0.45,
         description="m on distances (Table 2: 0.45 BERT-base, 0.50 "
@@ -192,6 +223,7 @@ class MATSettings(ObjectiveSettings):
     """Nie et al. (ICLR 2023), paper 003: ``stages.objectives.hardest_negative.MAT``."""
 
     name: Literal["mat"]
+    paper: ClassVar[str] = ALIGN_UNIFORM
     margin_pi: Real("margin_pi") = Field(
         0.15,
         description="m in units of pi (Table 2: 0.15 BERT-base, 0.17 "
@@ -202,6 +234,8 @@ class MATSettings(ObjectiveSettings):
 
 class _UnifiedGradientSettings(ObjectiveSettings):
     """Paper 002's switches, common to its four objectives."""
+
+    paper: ClassVar[str] = UNIFIED_GRADIENT
 
     gradient_dissipation: StrictBool = Field(
         False, description="GD: stop the gradient of anchors with h_i.h'_i - max_k h_i.h'_k >= m"
