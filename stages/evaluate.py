@@ -15,10 +15,12 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from stages.core import cli
 from stages.core.errors import StageError
 from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.core.storage.input_guard import watch
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -30,7 +32,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     name, rest = args[0], args[1:]
     if name not in EVALUATIONS:
         raise StageError(f"unknown evaluation '{name}'; registered: {registered}")
-    importlib.import_module(EVALUATIONS[name].module).main(rest)
+    # every output of the evaluation is written from the params file it read, or none
+    inputs = watch(Path(cli.params_file_of(rest)))
+    with inputs.guarding():
+        importlib.import_module(EVALUATIONS[name].module).main(rest)
 
 
 if __name__ == "__main__":

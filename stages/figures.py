@@ -19,6 +19,7 @@ from stages.core.planning.jobs import stage_fingerprint
 from stages.core.schema.params import FiguresParams, load_params
 from stages.core.storage import layout
 from stages.core.storage.atomic import atomic_path, write_json
+from stages.core.storage.input_guard import watch
 
 DEFAULT_OUT = layout.analyses_dir()
 
@@ -46,8 +47,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     args = p.parse_args(argv)
+    inputs = watch(Path(args.params))
     params = load_params(args.params)
-    names = write_figures(params.figures, args.out, stage_fingerprint(params, "figures"))
+    with inputs.guarding():
+        names = write_figures(params.figures, args.out, stage_fingerprint(params, "figures"))
     print(f"wrote {len(names)} figures to {args.out}: {', '.join(names)}")
 
 

@@ -30,6 +30,7 @@ from stages.core.schema.evaluation_settings import EVALUATIONS
 from stages.core.schema.params import Params, load_params
 from stages.core.storage import layout
 from stages.core.storage.atomic import atomic_path, write_json
+from stages.core.storage.input_guard import watch
 from stages.reference import published
 from stages.reporting import plots as fig
 from stages.reporting.collect import Collected, collect, stsb_dev_angles
@@ -164,7 +165,10 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     p = cli.parser("Aggregate every finished run into tables, figures and a report.")
     args = p.parse_args(argv)
-    metrics = build_report(load_params(args.params))
+    inputs = watch(Path(args.params))
+    params = load_params(args.params)
+    with inputs.guarding():
+        metrics = build_report(params)
     print(f"wrote {layout.REPORTS / 'results'} ({metrics['planned']} planned experiments)")
 
 

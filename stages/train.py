@@ -29,6 +29,7 @@ from stages.core.schema.data_check import verify_workspace_data
 from stages.core.schema.params import load_params
 from stages.core.storage import layout
 from stages.core.storage.atomic import remove_temporaries, write_text
+from stages.core.storage.input_guard import watch
 from stages.core.storage.run_folders import (
     LOG_FILE,
     METRICS_FILE,
@@ -71,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser("Train one experiment (method.backbone.seed) with the SimCSE protocol.")
     p.add_argument("experiment", help="experiment name, e.g. simcse.bert-base.s42")
     args = p.parse_args(argv)
+    inputs = watch(Path(args.params))
     params = load_params(args.params)
     plan = plan_experiments(params)
     run = plan.run(args.experiment)
@@ -81,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not stored:
         obtain(run, plan, args.params, store, main_process)
     if main_process:
-        write_outputs(run)
+        # the run is stored under the id of the params read; the pointer, which the
+        # orchestrators record against the params file, only while that file is unchanged
+        with inputs.guarding():
+            write_outputs(run)
         if stored:  # said, so that the job's log tells where its result came from
             print(f"wrote {run.pointer_file} (the stored run {run.run_id}, trained before)")
 

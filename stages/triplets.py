@@ -6,7 +6,9 @@ writes the triplets at ``--output`` (columns and dtypes: ``TRIPLETS_SCHEMA``; th
 ``stages.masked_triplets.masking``) and their counts as JSON next to it (``stats_path``). The
 trainer reads the file with ``read_triplets``, which checks the contract. The triplets' id
 (``stages.core.identity.experiments.triplets_id``) covers everything that determines their bytes,
-the masking code included."""
+the masking code included. The stage computes it from the params and the corpus it read, records
+it in the file and its stats, and refuses an ``--output`` named by another id; a params file
+edited while it runs stops it before it writes (``input_guard``)."""
 
 from __future__ import annotations
 
@@ -20,10 +22,13 @@ import polars as pl
 
 from stages.core.cli import parser, run
 from stages.core.errors import StageError
+from stages.core.identity.experiments import corpus_identity, triplets_id
 from stages.core.schema.data_check import verify_workspace_data
-from stages.core.schema.params import TripletsParams, load_params
+from stages.core.schema.params import Params, TripletsParams, load_params
+from stages.core.storage import layout
 from stages.core.storage.atomic import write_json
-from stages.masked_triplets.file_format import write_triplets
+from stages.core.storage.input_guard import watch
+from stages.masked_triplets.file_format import named_id, write_triplets
 from stages.masked_triplets.masking import (
     MaskingTokenizer,
     TripletCounts,
@@ -75,11 +80,31 @@ def read_corpus(path: str | Path) -> tuple[list[str], str]:
     return split_lines(text), hashlib.sha256(data).hexdigest()
 
 
+def read_id(
+    params: Params, backbone: str, method: str | None, corpus: Path, corpus_sha256: str
+) -> tuple[str | None, str]:
+    """The triplets id of what the stage read (``triplets_id``), or None and why no id
+    describes it: the id is a method's, and covers params' ``data.corpus`` (by its manifest
+    sha256 where the data manifest has one, else by name), so it describes a run of the stage
+    given ``--method`` and that corpus."""
+    if method is None:
+        return None, "without --method the stage computes no triplets id"
+    known = corpus_identity(params)["sha256"]
+    if known:
+        other = corpus_sha256 != known
+    else:
+        other = corpus.resolve() != layout.corpus_file(params.data.corpus).resolve()
+    if other:
+        return None, f"--corpus {corpus} is not data.corpus {params.data.corpus} that ids cover"
+    return triplets_id(params, backbone, method), ""
+
+
 def triplet_stats(
     triplets: pl.DataFrame,
     counts: TripletCounts,
     params: TripletsParams,
     *,
+    triplets_id: str | None,
     corpus_sha256: str,
     backbone: dict[str, Any],
     tokenizer: MaskingTokenizer,
@@ -99,6 +124,7 @@ def triplet_stats(
 
     return {
         "format_version": FORMAT_VERSION,
+        "triplets_id": triplets_id,
         "corpus_sha256": corpus_sha256,
         "backbone": backbone,
         "tokenizer": {
@@ -130,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--output", required=True, help="the Parquet file to write")
     args = p.parse_args(argv)
 
+    inputs = watch(Path(args.params))
     params = load_params(args.params)
     if args.backbone not in params.backbones:
         defined = ", ".join(sorted(params.backbones))
@@ -140,6 +167,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = params.triplets_for(args.method) if args.method else params.triplets
     verify_workspace_data(Path(args.corpus), params_file=args.params)
     lines, corpus_sha256 = read_corpus(args.corpus)
+    inputs.add(Path(args.corpus), corpus_sha256)
+    tid, why_none = read_id(params, args.backbone, args.method, Path(args.corpus), corpus_sha256)
+    named = named_id(args.output)
+    if named is not None and named != tid:
+        raise StageError(
+            f"--output {args.output} is named triplets id {named}, but what this stage read "
+            f"({args.params}, --corpus {args.corpus}) is triplets id "
+            + (tid if tid else f"none ({why_none})")
+            + ": it writes no triplets under another id's name (were the params edited after "
+            "the job was planned?)"
+        )
     try:
         loaded = load_tokenizer(backbone, args.backbone)
     except ModelLoadError as err:  # names the backbone's key and model
@@ -154,12 +192,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         triplets,
         counts,
         settings,
+        triplets_id=tid,
         corpus_sha256=corpus_sha256,
         backbone={"key": args.backbone, "model": backbone.model, "revision": backbone.revision},
         tokenizer=tokenizer,
     )
-    write_triplets(triplets, args.output)
-    write_json(stats_path(args.output), stats)
+    with inputs.guarding():
+        write_triplets(triplets, args.output, tid)
+        write_json(stats_path(args.output), stats)
     skipped = ", ".join(f"{reason} {n:,}" for reason, n in counts.skipped.items())
     print(f"triplets: {counts.triplets:,} of {counts.lines:,} lines ({skipped}) -> {args.output}")
 

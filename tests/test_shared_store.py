@@ -393,7 +393,7 @@ def test_a_store_on_this_machine_has_every_file_on_the_disk_before_the_manifest(
         real_fsync(fd)
 
     def mv(path1: str, path2: str, **kwargs) -> None:
-        events.append(f"manifest renamed: {path1} -> {path2}")
+        events.append(f"renamed: {path1} -> {path2}")  # the run's lease, and the manifest
         real_mv(path1, path2, **kwargs)
 
     monkeypatch.setattr(os, "fsync", fsync)
@@ -401,8 +401,8 @@ def test_a_store_on_this_machine_has_every_file_on_the_disk_before_the_manifest(
     store.publish(source.name, source, EXPERIMENT)
 
     stored = tmp_path / "store" / source.name
-    [committed] = [i for i, e in enumerate(events) if e.startswith("manifest renamed: ")]
-    temporary, _, final = events[committed].removeprefix("manifest renamed: ").partition(" -> ")
+    [committed] = [i for i, e in enumerate(events) if e.endswith(f"/{MANIFEST}")]
+    temporary, _, final = events[committed].removeprefix("renamed: ").partition(" -> ")
     assert final == str(stored / MANIFEST) and Path(temporary).parent == stored
     assert Path(temporary).name.startswith(f".{MANIFEST}.") and temporary.endswith(".tmp")
     assert {str(stored / rel) for rel in RUN_FILES} | {temporary} <= set(events[:committed])

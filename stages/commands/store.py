@@ -2,12 +2,15 @@
 
 cse store list                   every complete run in the store
 cse store pull EXPERIMENT        fetch one run of the matrix (checked)
-cse store push                   publish every complete local run it lacks
+cse store push                   publish every complete local run it lacks, and upload again
+                                 the files a stored run lost (the store's copy of each looked at)
 cse store verify                 rehash every stored run; report damage, and list the leftovers
                                  (leases, temporaries, uploads never committed) with their age
-cse store gc [--keep P [P ...]]  delete leftovers older than --older-than (default 1d: a lease
-                                 only once lapsed) and, with --keep, stored runs no listed
-                                 params file uses (asks first; --yes to skip the question)
+cse store gc [--keep P [P ...]]  delete leftovers older than --older-than (default 1d; never
+                                 what a live lease covers: a lease not lapsed, an upload under
+                                 way) and, with --keep, stored runs no listed params file uses
+                                 (asks first, --yes to skip the question; each one checked again
+                                 just before it is deleted)
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import DEFAULT_PARAMS, load_params
 from stages.core.storage import layout
 from stages.core.storage.run_folders import is_complete, read_config
+from stages.core.storage.run_lock import RunLocked
 from stages.core.storage.shared_store import (
     LEFTOVER_AGE_S,
     Leftover,
@@ -59,11 +63,11 @@ def shown_age(seconds: float | None) -> str:
 
 
 def doomed_leftovers(store: SharedStore, older_than: float) -> list[Leftover]:
-    """Leftovers old enough to remove: by the store's clock; a lease only once lapsed."""
+    """Leftovers old enough to remove, by the store's clock, that no live lease covers."""
     return [
         item
         for item in store.leftovers()
-        if item.lapsed and item.age_s is not None and item.age_s >= older_than
+        if not item.held and item.age_s is not None and item.age_s >= older_than
     ]
 
 
@@ -96,13 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         store.fetch(target.run_id, target.run_dir)
         print(f"{args.experiment}: fetched {target.run_id} from {store.url}")
     elif args.command == "push":
-        stored = set(store.run_ids())
-        local = sorted(p for p in layout.RUNS.glob("*") if p.is_dir() and is_complete(p))
-        for folder in local:
-            if folder.name not in stored:
-                experiment = (read_config(folder) or {}).get("experiment", "?")
-                store.publish(folder.name, folder, experiment)
-                print(f"published {folder.name} ({experiment})")
+        push(store)
     elif args.command == "verify":
         run_ids = store.run_ids()
         problems = [p for run_id in run_ids for p in store.verify(run_id)]
@@ -110,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(problem)
         leftovers = store.leftovers()
         for item in leftovers:
-            state = "" if item.lapsed else ", held"
+            state = ", held" if item.held else ""
             print(f"leftover: {item.path}: {item.what} ({shown_age(item.age_s)}{state})")
         print(
             f"{len(run_ids)} runs checked, {len(problems)} problem(s), {len(leftovers)} "
@@ -120,6 +118,37 @@ def main(argv: Sequence[str] | None = None) -> None:
             sys.exit(1)
     else:
         gc(store, args)
+
+
+def push(store: SharedStore) -> None:
+    """Publish the complete local runs the store lacks; upload again the files a listed run
+    lost. A run whose lease another workspace holds (training or publishing it) is left to it."""
+    stored = set(store.run_ids())
+    local = sorted(p for p in layout.RUNS.glob("*") if p.is_dir() and is_complete(p))
+    left: list[str] = []
+    for folder in local:
+        experiment = (read_config(folder) or {}).get("experiment", "?")
+        if folder.name in stored:
+            missing = store.missing_files(
+                folder.name, (store.manifest(folder.name) or {}).get("files", {})
+            )
+            if not missing:
+                continue
+        try:
+            store.publish(folder.name, folder, experiment)
+        except RunLocked as held:
+            print(f"not pushed: {held}")
+            left.append(folder.name)
+            continue
+        if folder.name in stored:
+            print(f"repaired {folder.name} ({experiment}): uploaded again {', '.join(missing)}")
+        else:
+            print(f"published {folder.name} ({experiment})")
+    if left:
+        raise StageError(
+            f"{len(left)} run(s) not pushed, their lease held by another workspace: "
+            f"{', '.join(left)}; rerun `cse store push` after it"
+        )
 
 
 def gc(store: SharedStore, args: argparse.Namespace) -> None:
@@ -145,8 +174,15 @@ def gc(store: SharedStore, args: argparse.Namespace) -> None:
     if not args.yes and input("delete them? [y/N] ").strip().lower() != "y":
         print("kept")
         return
+    deleted = removed = 0
     for run_id in doomed:
-        store.delete(run_id)
+        reason = store.delete(run_id)
+        deleted += reason is None
+        if reason:
+            print(f"kept run {run_id}: {reason}")
     for item in leftovers:
-        store.remove(item)
-    print(f"deleted {len(doomed)} run(s) and {len(leftovers)} leftover(s)")
+        reason = store.remove(item, args.older_than)
+        removed += reason is None
+        if reason:
+            print(f"kept {item.path}: {reason}")
+    print(f"deleted {deleted} run(s) and {removed} leftover(s)")

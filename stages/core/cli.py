@@ -95,6 +95,18 @@ def parse_target_arguments(
     return args
 
 
+def params_file_of(argv: Sequence[str]) -> str:
+    """The ``--params`` of a stage's arguments (``--params F`` or ``--params=F``), else the
+    default, for code that runs before (or around) the stage's own parser."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--params" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--params="):
+            return arg.removeprefix("--params=")
+    return str(DEFAULT_PARAMS)
+
+
 def ensure_dvc_yaml_is_current(argv: Sequence[str]) -> None:
     """Under `dvc repro` (DVC sets DVC_STAGE), refuse to run from a stale dvc.yaml.
 
@@ -105,10 +117,7 @@ def ensure_dvc_yaml_is_current(argv: Sequence[str]) -> None:
         return
     from stages.core.planning.jobs import check_dvc_yaml
 
-    params_file = str(DEFAULT_PARAMS)
-    if "--params" in argv:
-        params_file = argv[list(argv).index("--params") + 1]
-    problem = check_dvc_yaml(params_file)
+    problem = check_dvc_yaml(params_file_of(argv))
     if problem:
         raise StageError(problem)
 

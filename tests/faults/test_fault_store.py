@@ -220,7 +220,7 @@ def test_a_multipart_upload_whose_completion_is_always_lost_is_never_published(
     open_uploads = [i for i in store.leftovers() if i.upload_id]
     assert len(open_uploads) == SETTINGS.retries + 1
     for item in open_uploads:
-        store.remove(item)
+        assert store.remove(item, 0.0) is None
     assert not [i for i in store.leftovers() if i.upload_id]
 
 

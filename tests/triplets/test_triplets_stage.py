@@ -225,3 +225,91 @@ def test_triplets_id_names_every_input():
 
 def test_stats_path_sits_beside_the_output():
     assert stats_path("data/triplets/abc.parquet") == Path("data/triplets/abc.stats.json")
+
+
+# -- keyed on what it read -----------------------------------------------------------------
+
+
+@pytest.fixture
+def id_workspace(params_file, shared_data, tmp_path, monkeypatch) -> tuple[Path, str]:
+    """A workspace holding the real wiki1m head as params' data.corpus (the corpus triplets
+    ids cover, by its manifest sha256); its params file and the id of arccse's triplets."""
+    raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    raw["data"] = {**raw["data"], "corpus": "wiki1m_head_11913"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    corpus = tmp_path / "data" / "corpus" / "wiki1m_head_11913.txt"
+    corpus.parent.mkdir(parents=True)
+    corpus.write_bytes((shared_data / "corpus" / corpus.name).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    return tmp_path, triplets_id(load_params(tmp_path / "params.yaml"), "minilm", "arccse")
+
+
+def triplets_argv(output: str, *, method: str | None = "arccse") -> list[str]:
+    argv = ["--corpus", "data/corpus/wiki1m_head_11913.txt", "--backbone", "minilm"]
+    return [*argv, *(["--method", method] if method else []), "--output", output]
+
+
+def test_an_output_named_by_another_triplets_id_is_refused(id_workspace):
+    root, tid = id_workspace
+    other = "0123456789abcdef"
+    with pytest.raises(StageError) as err:
+        main(triplets_argv(f"data/triplets/{other}.parquet"))
+    assert str(err.value) == (
+        f"--output data/triplets/{other}.parquet is named triplets id {other}, but what this "
+        f"stage read (params.yaml, --corpus data/corpus/wiki1m_head_11913.txt) is triplets id "
+        f"{tid}: it writes no triplets under another id's name (were the params edited after "
+        "the job was planned?)"
+    )
+    with pytest.raises(StageError, match=r"is triplets id none \(without --method"):
+        main(triplets_argv(f"data/triplets/{tid}.parquet", method=None))
+    assert not (root / "data" / "triplets").exists()
+
+
+def test_the_file_records_its_id_and_is_read_only_under_it(id_workspace):
+    """The trainer reads data/triplets/<id>.parquet of its run: a file there made as another
+    id (other settings, as an edit under a running job would give) is refused by name."""
+    root, tid = id_workspace
+    output = root / "data" / "triplets" / f"{tid}.parquet"
+    main(triplets_argv(f"data/triplets/{tid}.parquet"))
+    assert json.loads(stats_path(output).read_text())["triplets_id"] == tid
+    assert read_triplets(output).height > 1000
+    other = output.with_name("0123456789abcdef.parquet")
+    other.write_bytes(output.read_bytes())
+    with pytest.raises(StageError) as err:
+        read_triplets(other)
+    assert str(err.value) == (
+        f"triplets {other}: made as triplets id {tid}, not 0123456789abcdef as its name says: "
+        "from other settings or data than those that read it expect; delete it and rerun the "
+        "triplets stage"
+    )
+    plain = output.with_name("mine.parquet")  # a name that is no id: read as it is
+    plain.write_bytes(output.read_bytes())
+    assert read_triplets(plain).height == read_triplets(output).height
+
+
+def test_params_edited_while_the_stage_runs_stop_it_before_it_writes(
+    corpus, params_file, tmp_path, monkeypatch, capsys
+):
+    """The mask rates edited after the stage read them (0.2/0.4 -> 0.1/0.3): the triplets it
+    made are of the version it read, and an orchestrator would record the edited one against
+    them; it stops, naming the file, and writes nothing."""
+    import stages.triplets as stage
+
+    params = tmp_path / "params.yaml"
+    params.write_bytes(params_file.read_bytes())
+    generate = stage.generate_triplets
+
+    def edited_meanwhile(*args, **kwargs):
+        raw = yaml.safe_load(params.read_text(encoding="utf-8"))
+        raw["triplets"].update(short_mask_rate=0.1, long_mask_rate=0.3)
+        params.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(stage, "generate_triplets", edited_meanwhile)
+    output = tmp_path / "out" / "t.parquet"
+    with pytest.raises(StageError) as err:
+        run_stage(corpus, output, params)
+    assert str(err.value).startswith(
+        f"{params} changed while this stage ran, after it was read: {output} was not written"
+    )
+    assert list(output.parent.iterdir()) == []  # nor a temporary

@@ -18,6 +18,9 @@ so such a temporary stays until nothing in it has changed for ``FOREIGN_STALE_S`
 write of this project pauses that long).
 The one writer of a folder (the holder of a run's lock) removes every temporary in it
 (``remove_temporaries``).
+
+Inside a stage's ``input_guard`` block, each rename first checks that the stage's input files
+(its params file) are as it read them, and stops the stage when one is not.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from stages.core.storage.input_guard import confirm_inputs_unchanged
 from stages.core.storage.run_lock import process_exists
 
 # The host part of a temporary's name: no dots, which separate the name's parts.
@@ -83,6 +87,7 @@ def atomic_path(dest: str | Path, suffix: str = "") -> Iterator[Path]:
             if named is err:
                 raise
             raise named from err
+        confirm_inputs_unchanged(destination_of(dest))
         if dest.is_dir() and not dest.is_symlink():
             # moved aside, not deleted in place, so that neither a reader nor a kill meets a
             # half-deleted folder (it is gone for an instant); the temporary's removal deletes it
@@ -101,6 +106,7 @@ def rename_durably(src: Path, dest: Path) -> None:
     """Rename ``src``, a finished file or folder, to ``dest`` so that even a machine crash shows
     all of it or nothing: its contents reach the disk before the new name, the name after."""
     sync_tree(src)
+    confirm_inputs_unchanged(destination_of(dest))
     os.replace(src, dest)
     sync_folder(dest.parent)
 

@@ -9,20 +9,26 @@ object's size, and its checksum read back: S3's ETag where it is the MD5 of what
 the object's bytes rehashed), and writes the manifest last, in one atomic step: under a
 temporary name, then renamed (a path, SSH), or in one PUT, conditional on S3 (object stores show
 an object whole or not at all). A run whose upload was interrupted has no manifest and is never
-seen as complete. Fetching copies into a temporary, checks every file against the manifest and
-renames it into the local runs folder only then. Each file's transfer and the manifest are tried
-again after a transient error (a 5xx, throttling, a connection reset, a timeout) with bounded
-exponential backoff (``StoreSettings``, params' ``store:``); when the attempts run out, one
-``StoreError`` names the run and the store, and nothing half-done is visible.
+seen as complete. After the commit the publish looks at every file once more: one gone meanwhile
+withdraws the manifest and is uploaded again, so no run stays listed with files missing
+(``cse store push`` uploads again those a listed run lost). Fetching copies into a temporary,
+checks every file against the manifest and renames it into the local runs folder only then.
+Each file's transfer and the manifest are tried again after a transient error (a 5xx,
+throttling, a connection reset, a timeout) with bounded exponential backoff (``StoreSettings``,
+params' ``store:``); when the attempts run out, one ``StoreError`` names the run and the store,
+and nothing half-done is visible.
 
-One writer per run across workspaces: a lease object ``<run_id>.lease`` (holder, token, expiry),
-renewed while training. Object stores have no portable atomic create, so a trainer writes its
-lease, waits ``LEASE_SETTLE_S`` and reads it back: only the writer whose token survived trains.
-A lease held by a dead process of this machine (``run_lock.machine``) is taken over at once; one
-of another machine lapses ``LEASE_S`` after its last renewal, measured by the store's own clock
-(the lease object's modification time against that of a probe object written now), so hosts
-whose clocks differ neither take a live lease nor wait for a dead one forever. A store that
-reports no modification times falls back on the holder's expiry plus ``LEASE_SKEW_S``.
+One writer per run across workspaces: a lease object ``<run_id>.lease`` (holder, token, expiry,
+purpose), renewed while held: by a trainer (training, then publishing), by a publish of ``cse
+store push``, and by ``cse store gc`` while it deletes the run or what an upload of it left, so
+that gc never deletes the files of a publish under way. Object stores have no portable atomic
+create, so a holder writes its lease, waits ``LEASE_SETTLE_S`` and reads it back: only the
+writer whose token survived goes on. A lease held by a dead process of this machine
+(``run_lock.machine``) is taken over at once; one of another machine lapses ``LEASE_S`` after
+its last renewal, measured by the store's own clock (the lease object's modification time
+against that of a probe object written now), so hosts whose clocks differ neither take a live
+lease nor wait for a dead one forever. A store that reports no modification times falls back on
+the holder's expiry plus ``LEASE_SKEW_S``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -193,8 +199,11 @@ class Leftover:
     path: str
     what: str
     age_s: float | None  # by the store's clock; None where it reports no times
-    lapsed: bool = True  # a lease: whether it has lapsed (an unexpired one is never removed)
+    # a live lease covers it (a lease not lapsed; the files of a run whose lease is held, a
+    # publish under way): never removed, whatever its age
+    held: bool = False
     upload_id: str | None = None  # S3 multipart uploads
+    run_id: str | None = None  # the files of an upload of this run, without a manifest
 
 
 class SharedStore:
@@ -225,6 +234,7 @@ class SharedStore:
         self.scheme = scheme
         self.clock: Callable[[], float] = time.time  # this host's clock (tests shift it)
         self.retried: list[str] = []  # each transient error survived, in order
+        self.leased: set[str] = set()  # the runs whose lease this object holds now
 
     def _path(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
@@ -321,12 +331,42 @@ class SharedStore:
 
     def publish(self, run_id: str, folder: Path, experiment: str) -> None:
         """Upload a complete local run: its files, each confirmed, then the manifest (the
-        commit point). Files already stored and confirmed (an interrupted publish) are kept."""
+        commit point), then every file confirmed still there. Files already stored and
+        confirmed (an interrupted publish) are kept. Holds the run's lease throughout (taken
+        here unless this object holds it already: a trainer publishing what it trained), so
+        that `cse store gc` leaves the files alone; a file gone after the commit all the same
+        withdraws the manifest, and the files are uploaded again."""
         part = S3_PART_BYTES
         local = {rel: _local_digests(folder / rel, part) for rel in run_files(folder)}
         files = {rel: {"sha256": d["sha256"], "size": d["size"]} for rel, d in local.items()}
         manifest = {"run_id": run_id, "experiment": experiment, "files": files,
                     "published": time.time(), "host": socket.gethostname()}  # fmt: skip
+        leased = run_id in self.leased
+        with nullcontext() if leased else self.lease(run_id, experiment, "published"):
+            missing: list[str] = []
+            for _ in range(self.settings.retries + 1):
+                missing = self._publish_once(run_id, folder, experiment, local, manifest)
+                if not missing:
+                    return
+                self.retried.append(f"{run_id}: gone after the commit: {', '.join(missing)}")
+        raise StoreError(
+            f"run {run_id} ({experiment}): publishing it to {self.url} failed: after each of "
+            f"{self.settings.retries + 1} commit(s) of its manifest, files of it were not in the "
+            f"store ({', '.join(missing)}); the manifest was withdrawn, so no workspace sees it "
+            "as published (does something delete from the store without honouring the run's "
+            "lease?); `cse store push` publishes it"
+        )
+
+    def _publish_once(
+        self,
+        run_id: str,
+        folder: Path,
+        experiment: str,
+        local: dict[str, dict[str, Any]],
+        manifest: dict[str, Any],
+    ) -> list[str]:
+        """Upload what the store lacks, commit the manifest, and confirm every file is still
+        there; the files that were not (the manifest then withdrawn), [] when published."""
         try:
             for rel, digests in local.items():
                 self._attempts(rel, partial(self._upload, run_id, rel, folder / rel, digests))
@@ -339,6 +379,42 @@ class SharedStore:
                 "it has no manifest there, so no workspace sees it as published; `cse store "
                 "push` publishes it (the files already stored and confirmed are kept)"
             ) from None
+        try:
+            missing = self.missing_files(run_id, manifest["files"])
+        except StoreError as unconfirmed:
+            missing = [f"not confirmed: {unconfirmed}"]
+        if missing:
+            try:
+                self._attempts(MANIFEST, lambda: self._withdraw(run_id))
+            except _Exhausted as failed:
+                raise StoreError(
+                    f"run {run_id} ({experiment}): published to {self.url}, but its files "
+                    f"could not be confirmed after the commit ({'; '.join(missing)}) nor its "
+                    f"manifest withdrawn ({failed}): `cse store verify` checks it"
+                ) from None
+        return missing
+
+    def missing_files(self, run_id: str, files: dict[str, dict[str, Any]]) -> list[str]:
+        """The files of ``files`` (a manifest's) absent from the store's copy of the run or of
+        another size: one look at each object, no download (``verify`` rehashes)."""
+
+        def absent(rel: str) -> bool:
+            remote = self._path(run_id, rel)
+            with suppress(AttributeError):
+                self.fs.invalidate_cache(remote)
+            try:
+                return self.fs.info(remote).get("size") != files[rel]["size"]
+            except FileNotFoundError:
+                return True
+
+        try:
+            return [rel for rel in files if self._attempts(rel, partial(absent, rel))]
+        except _Exhausted as failed:
+            raise StoreError(f"runs store {self.url}: cannot look at {run_id}/{failed}") from None
+
+    def _withdraw(self, run_id: str) -> None:
+        with suppress(FileNotFoundError):
+            self.fs.rm(self._path(run_id, MANIFEST))
 
     def _confirmed(self, remote: str, digests: dict[str, Any]) -> bool:
         """Whether the stored object is the local file: its size, and its checksum (S3's ETag
@@ -442,12 +518,18 @@ class SharedStore:
                 problems.append(f"{run_id}/{rel}: sha256 differs from the manifest")
         return problems
 
-    def delete(self, run_id: str) -> None:
-        # the manifest first: a half-deleted run is then incomplete, never damaged-and-complete
-        if self.fs.exists(self._path(run_id, MANIFEST)):
-            self.fs.rm(self._path(run_id, MANIFEST))
-        if self.fs.exists(self._path(run_id)):
-            self.fs.rm(self._path(run_id), recursive=True)
+    def delete(self, run_id: str) -> str | None:
+        """Delete a stored run, holding its lease; None when deleted, else why it was kept (its
+        lease is held: a publish or a trainer of it is under way)."""
+        try:
+            with self.lease(run_id, "cse store gc", "deleted by `cse store gc`"):
+                # the manifest first: a half-deleted run is incomplete, never damaged-and-complete
+                self._withdraw(run_id)
+                if self.fs.exists(self._path(run_id)):
+                    self.fs.rm(self._path(run_id), recursive=True)
+        except RunLocked:
+            return "its lease is held (a publish or a trainer of it is under way)"
+        return None
 
     # -- the store's clock -------------------------------------------------------------------
 
@@ -487,34 +569,37 @@ class SharedStore:
         except (FileNotFoundError, ValueError):
             return None
 
-    def _lease_left(self, run_id: str, held: dict[str, Any]) -> float:
-        """Seconds the lease ``held`` still lasts (<= 0: lapsed): by the store's clock where it
-        has one, else by the holder's expiry and this host's clock, with ``LEASE_SKEW_S``."""
+    def _lease_left(self, run_id: str, held: dict[str, Any], now: float | None = None) -> float:
+        """Seconds the lease ``held`` still lasts (<= 0: lapsed): by the store's clock (``now``,
+        else read now) where it has one, else by the holder's expiry and this host's clock,
+        with ``LEASE_SKEW_S``."""
         if _abandoned(held):
             return 0.0
-        age = self._age(self._path(f"{run_id}.lease"), self.store_now())
+        age = self._age(self._path(f"{run_id}.lease"), self.store_now() if now is None else now)
         if age is not None:
             return LEASE_S - age
         return float(held.get("expires", 0)) + LEASE_SKEW_S - self.clock()
 
     @contextmanager
-    def lease(self, run_id: str, experiment: str) -> Iterator[None]:
-        """Hold the run's lease in the store while the block runs (see the module docstring)."""
+    def lease(self, run_id: str, experiment: str, purpose: str = "trained") -> Iterator[None]:
+        """Hold the run's lease in the store while the block runs (see the module docstring).
+        ``purpose``: what its holder does with the run, as others' refusals say it ("is being
+        trained", "published", "cleaned up by `cse store gc`")."""
         path = self._path(f"{run_id}.lease")
         held = self._read_lease(run_id)
         left = self._lease_left(run_id, held) if held else 0.0
         if held and left > 0:
             until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.clock() + left))
             raise RunLocked(
-                f"run {run_id} ({experiment}) is being trained from another workspace "
-                f"(host {held.get('host')}, pid {held.get('pid')}; its lease in {self.url} "
-                f"lasts until {until} and is renewed every {LEASE_RENEW_S:.0f} s while it "
-                "trains); this one stops. If that trainer was killed, its lease lapses then: "
-                "rerun after it"
+                f"run {run_id} ({experiment}) is being {held.get('purpose', 'trained')} from "
+                f"another workspace (host {held.get('host')}, pid {held.get('pid')}; its lease "
+                f"in {self.url} lasts until {until} and is renewed every {LEASE_RENEW_S:.0f} s "
+                "while held); this one stops. If that process was killed, its lease lapses "
+                "then: rerun after it"
             )
         token = uuid.uuid4().hex
         lease = {"token": token, "host": socket.gethostname(), "machine": machine(),
-                 "pid": os.getpid(), "experiment": experiment}  # fmt: skip
+                 "pid": os.getpid(), "experiment": experiment, "purpose": purpose}  # fmt: skip
 
         def write() -> None:
             # expires: informational, and the fallback of a store without modification times
@@ -540,9 +625,11 @@ class SharedStore:
 
         renewer = threading.Thread(target=renew, daemon=True)
         renewer.start()
+        self.leased.add(run_id)
         try:
             yield
         finally:
+            self.leased.discard(run_id)
             stop.set()
             renewer.join()
             with suppress(Exception):  # unreachable: the lease lapses by itself
@@ -553,11 +640,14 @@ class SharedStore:
 
     def leftovers(self) -> list[Leftover]:
         """Leases, temporaries, uploads that never reached their manifest and (S3) multipart
-        uploads never completed, each with its age by the store's clock."""
+        uploads never completed, each with its age by the store's clock, and whether a live
+        lease covers it."""
         if not self.fs.exists(self.root):
             return []
         now = self.store_now()
         found: list[Leftover] = []
+        held_runs: set[str] = set()
+        folders = []
         for info in self.fs.ls(self.root, detail=True):
             path = info["name"].rstrip("/")
             name = path.rsplit("/", 1)[-1]
@@ -566,37 +656,37 @@ class SharedStore:
             written = _mtime(info)
             age = None if now is None or written is None else max(0.0, now - written)
             if name.endswith(".lease"):
-                held = self._read_lease(name[: -len(".lease")]) or {}
-                left = self._lease_left(name[: -len(".lease")], held)
-                found.append(
-                    Leftover(
-                        path,
-                        f"lease of host {held.get('host', '?')} ({held.get('experiment', '?')})",
-                        age,
-                        left <= 0,
-                    )
-                )
+                run_id = name[: -len(".lease")]
+                lease = self._read_lease(run_id) or {}
+                live = self._lease_left(run_id, lease, now) > 0
+                if live:
+                    held_runs.add(run_id)
+                what = f"lease of host {lease.get('host', '?')} ({lease.get('experiment', '?')})"
+                found.append(Leftover(path, what, age, live))
             elif name.endswith(".tmp"):
                 found.append(Leftover(path, "temporary", age))
             elif info.get("type") == "directory":
-                found += self._run_leftovers(path, name, now)
+                folders.append((path, name))
+        for path, run_id in folders:
+            found += self._run_leftovers(path, run_id, now, run_id in held_runs)
         found += self._multipart_leftovers(now)
         return found
 
-    def _run_leftovers(self, path: str, run_id: str, now: float | None) -> list[Leftover]:
-        objects = self.fs.find(path, detail=True)
+    def _newest(self, objects: dict[str, dict[str, Any]]) -> float | None:
+        """The latest modification time of ``objects`` (fsspec ``find`` details), None where
+        one has none."""
         times = [t for t in (_mtime(i) for i in objects.values()) if t is not None]
-        newest = max(times) if times and len(times) == len(objects) else None
+        return max(times) if times and len(times) == len(objects) else None
+
+    def _run_leftovers(
+        self, path: str, run_id: str, now: float | None, held: bool
+    ) -> list[Leftover]:
+        objects = self.fs.find(path, detail=True)
+        newest = self._newest(objects)
         if MANIFEST not in {p.rsplit("/", 1)[-1] for p in objects} or not objects:
             age = None if now is None or newest is None else max(0.0, now - newest)
-            return [
-                Leftover(
-                    path,
-                    f"files of run {run_id} without a manifest (an upload "
-                    "interrupted or under way)",
-                    age,
-                )
-            ]
+            what = f"files of run {run_id} without a manifest (an upload interrupted or under way)"
+            return [Leftover(path, what, age, held, run_id=run_id)]
         return [
             Leftover(
                 p,
@@ -627,14 +717,51 @@ class SharedStore:
             for upload in listed.get("Uploads", [])
         ]
 
-    def remove(self, leftover: Leftover) -> None:
+    def remove(self, leftover: Leftover, older_than: float) -> str | None:
+        """Remove ``leftover`` (found by ``leftovers``, a while ago: `cse store gc` asks first)
+        if it still is one, checked again just before: None when removed, else why it was
+        kept. The files of an upload are removed holding the run's lease, and only while the
+        run still has no manifest and nothing in them is newer than ``older_than``."""
         if leftover.upload_id:
             bucket, _, key = leftover.path.partition("/")
             self.fs.call_s3(
                 "abort_multipart_upload", Bucket=bucket, Key=key, UploadId=leftover.upload_id
             )
-        elif self.fs.exists(leftover.path):
+            return None
+        if leftover.run_id is not None:
+            try:
+                with self.lease(leftover.run_id, "cse store gc", "cleaned up by `cse store gc`"):
+                    return self._remove_upload(leftover, older_than)
+            except RunLocked:
+                return "its lease is held (a publish or a trainer of the run is under way)"
+        now = self.store_now()
+        if leftover.path.endswith(".lease"):
+            run_id = leftover.path.rsplit("/", 1)[-1][: -len(".lease")]
+            lease = self._read_lease(run_id)
+            if lease is not None and self._lease_left(run_id, lease, now) > 0:
+                return "taken again meanwhile"
+        else:
+            age = self._age(leftover.path, now)
+            if age is not None and age < older_than:
+                return "written to meanwhile"
+        with suppress(FileNotFoundError):
             self.fs.rm(leftover.path, recursive=True)
+        return None
+
+    def _remove_upload(self, leftover: Leftover, older_than: float) -> str | None:
+        """The files of an upload without a manifest, removed (the caller holds the lease)."""
+        assert leftover.run_id is not None
+        if self._read_manifest_once(leftover.run_id) is not None:
+            return "its manifest was committed meanwhile: a complete run"
+        now = self.store_now()
+        with suppress(AttributeError):
+            self.fs.invalidate_cache(leftover.path)
+        newest = self._newest(self.fs.find(leftover.path, detail=True))
+        if now is not None and newest is not None and now - newest < older_than:
+            return "written to meanwhile"
+        with suppress(FileNotFoundError):
+            self.fs.rm(leftover.path, recursive=True)
+        return None
 
 
 def _abandoned(lease: dict[str, Any]) -> bool:
