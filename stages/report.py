@@ -74,8 +74,9 @@ def analysis_captions(root: Path) -> dict[str, str]:
 
 
 def shown_figures(data: ReportData, folder: Path) -> list[ShownFigure]:
-    """Every registered figure whose data exist, in the registry's order: the report's drawn
-    into ``folder``, the figures stage's from reports/analyses/ as that stage wrote them."""
+    """Every registered figure whose data exist, in the registry's order, under its heading:
+    the report's drawn into ``folder``, the figures stage's from reports/analyses/ as that stage
+    wrote them."""
     captions = analysis_captions(data.root)
     shown = []
     for figure in registry.FIGURES:
@@ -83,13 +84,13 @@ def shown_figures(data: ReportData, folder: Path) -> list[ShownFigure]:
             for plot in figure.plots(data):
                 path = save(plot, folder)
                 link = f"{folder.name}/{path.name}"
-                shown.append(ShownFigure(path, link, figure.title, plot.caption, figure.section))
+                shown.append(ShownFigure(path, link, figure.heading, plot.caption, figure.section))
             continue
         path = data.root / ANALYSES / f"{figure.name}.png"
         if figure.name in captions and path.is_file():
             link = Path(os.path.relpath(path, data.root / RESULTS)).as_posix()
             caption = captions[figure.name]
-            shown.append(ShownFigure(path, link, figure.title, caption, figure.section))
+            shown.append(ShownFigure(path, link, figure.heading, caption, figure.section))
     return shown
 
 

@@ -75,6 +75,13 @@ class Figure:
     paper: str = ""  # the paper whose figure it regenerates
     paper_figure: str = ""  # that figure's number in the paper
 
+    @property
+    def heading(self) -> str:
+        """Its title as the report shows it: with the paper's figure it regenerates."""
+        if not self.paper:
+            return self.title
+        return f"{self.title} (paper {self.paper.split(':')[0]}, {self.paper_figure})"
+
     def plots(self, source: Any) -> list[plots.Plot]:
         drawn = self.draw(source)
         if drawn is None:

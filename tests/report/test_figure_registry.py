@@ -53,10 +53,11 @@ def test_the_report_shows_every_report_figure_under_its_registered_title(
     out = project / "reports/results"
     page, md = (out / "report.html").read_text(), (out / "report.md").read_text()
     shown = figure_sections(page)
-    titles = {f.name: f.title for f in registry.FIGURES}
+    titles = {f.name: f.heading for f in registry.FIGURES}
     pngs = sorted((out / "figures").glob("*.png"))
     assert len(shown) == len(pngs) == page.count("data:image/png;base64,")
     assert {t for t, _ in shown} <= set(titles.values())
+    assert titles["final_gap_sweep"].endswith("(paper 003, Fig. 3a)")
     for name in ("summary_forest", "training_curves", "alignment_uniformity", "batch_angles"):
         assert titles[name] in {t for t, _ in shown}, name
         assert f"### {titles[name]}\n\n![{titles[name]}](figures/{name}.png)" in md
@@ -92,13 +93,13 @@ def test_the_report_embeds_the_figures_stages_figures_with_their_titles_and_capt
     build_report(params, tmp_path)
     out = tmp_path / "reports/results"
     page, md = (out / "report.html").read_text(), (out / "report.md").read_text()
-    expected = [(f.title, captions[f.name]) for f in registry.drawn_by("figures")]
+    expected = [(f.heading, captions[f.name]) for f in registry.drawn_by("figures")]
     shown = figure_sections(page)
     # the registry's titles, in its order, after the report's own (a sweep with no run yet)
     assert shown[-len(expected) :] == expected and len(shown) == len(expected) + 1
     assert page.count("data:image/png;base64,") == len(shown)
     for figure in registry.drawn_by("figures"):
-        link = f"![{figure.title}](../analyses/{figure.name}.png)\n\n{captions[figure.name]}\n"
+        link = f"![{figure.heading}](../analyses/{figure.name}.png)\n\n{captions[figure.name]}\n"
         assert link in md
     assert "stray" not in md and "stray" not in page
     # the links resolve from the report's folder
