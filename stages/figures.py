@@ -1,5 +1,6 @@
 """Stage `figures`: the papers' analyses that need no training (paper 002's Section 3.1
-simulations, paper 003's gradient norms against the angles), from the objectives module.
+simulations, paper 003's gradient norms against the angles), from the objectives module: the
+figures of ``stages.reporting.registry`` whose stage is ``figures``.
 
     python -m stages.figures [--params params.yaml] [--out reports/analyses]
 
@@ -13,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from stages.analyses import figures
 from stages.core.cli import parser, run
 from stages.core.planning.jobs import stage_fingerprint
 from stages.core.schema.params import FiguresParams, load_params
 from stages.core.storage import layout
 from stages.core.storage.atomic import atomic_path, write_json
 from stages.core.storage.input_guard import watch
+from stages.reporting.plots import save
+from stages.reporting.registry import drawn_by
 
 DEFAULT_OUT = layout.analyses_dir()
 
@@ -30,10 +32,20 @@ def write_figures(params: FiguresParams, out: Path, job_fingerprint: str) -> lis
     entries = []
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        for figure in figures(params):
-            figure.data.write_csv(tmp / f"{figure.name}.csv", float_precision=12)
-            figure.render(figure.data, tmp / f"{figure.name}.png")
-            entries.append(figure.entry())
+        for figure in drawn_by("figures"):
+            for plot in figure.plots(params):
+                save(plot, tmp)
+                entries.append(
+                    {
+                        "name": plot.name,
+                        "title": figure.title,
+                        "paper": figure.paper,
+                        "paper_figure": figure.paper_figure,
+                        "caption": plot.caption,
+                        "png": f"{plot.name}.png",
+                        "csv": f"{plot.name}.csv",
+                    }
+                )
         index = {
             "figures": entries,
             "params": params.model_dump(),

@@ -13,11 +13,15 @@ would detect report.min_effect, collapsed seeds), report.md and report.html (sel
 summary table and forest plot first, then the figures, then the detail tables in collapsible
 <details>: the runs, the tables each planned evaluation declares, the papers' tables,
 significance), figures/*.png; then reports/metrics.json, a flat summary for `dvc metrics show`.
+The figures are the registry's (``stages.reporting.registry``), each under its title and
+caption: the report's drawn here, the figures stage's embedded from reports/analyses/.
 docs/report.md explains it all.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from stages.core import cli
+from stages.core.errors import StageError
 from stages.core.planning.jobs import stage_fingerprint
 from stages.core.schema.evaluation_settings import EVALUATIONS
 from stages.core.schema.params import Params, load_params
@@ -32,11 +37,12 @@ from stages.core.storage import layout
 from stages.core.storage.atomic import atomic_path, write_json
 from stages.core.storage.input_guard import watch
 from stages.reference import published
-from stages.reporting import plots as fig
-from stages.reporting.collect import Collected, collect, stsb_dev_angles
+from stages.reporting import registry
+from stages.reporting.collect import Collected, collect
 from stages.reporting.comparison import compare, comparison_table
-from stages.reporting.forest import forest_plot
-from stages.reporting.render import html_page, markdown
+from stages.reporting.plots import save
+from stages.reporting.registry import ReportData
+from stages.reporting.render import ShownFigure, html_page, markdown
 from stages.reporting.significance import significance
 from stages.reporting.tables import (
     Table,
@@ -48,28 +54,45 @@ from stages.reporting.tables import (
     status_table,
 )
 
-ANALYSES = layout.analyses_dir()  # the figures stage's PNGs, embedded when present
-EMBEDDING_CACHE = layout.embedding_cache_dir()
+ANALYSES = layout.analyses_dir()  # the figures stage's output, embedded when present
+RESULTS = layout.REPORTS / "results"
 
 
-def make_plots(
-    collected: Collected, params: Params, reference: pl.DataFrame, root: Path
-) -> list[fig.Plot]:
-    angles = {}
-    data_dir = root / params.evaluations.senteval.data_dir
-    for experiment, fingerprint in collected.encoders.items():
-        found = stsb_dev_angles(data_dir, root / EMBEDDING_CACHE, fingerprint)
-        if found is not None:
-            angles[experiment] = found
-    plots = [
-        fig.training_curves(collected.curves),
-        fig.alignment_uniformity(collected.curves),
-        fig.gradient_norms(collected.curves),
-        fig.batch_angles(collected.curves),
-        fig.angle_distributions(angles),
-    ]
-    shown = [p for p in plots if p is not None]
-    return shown + fig.sweep_plots(collected.planned, collected.results, reference)
+def analysis_captions(root: Path) -> dict[str, str]:
+    """figure name -> the caption the figures stage wrote for it (its index.json: the caption of
+    the params it drew with); empty when the stage has not run."""
+    path = root / ANALYSES / "index.json"
+    if not path.is_file():
+        return {}
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))["figures"]
+        return {entry["name"]: str(entry["caption"]) for entry in entries}
+    except (ValueError, KeyError, TypeError) as e:
+        raise StageError(
+            f"{path}: not an index written by the figures stage ({type(e).__name__}: {e}); "
+            "run that stage again: python -m stages.figures"
+        ) from e
+
+
+def shown_figures(data: ReportData, folder: Path) -> list[ShownFigure]:
+    """Every registered figure whose data exist, in the registry's order, under its heading:
+    the report's drawn into ``folder``, the figures stage's from reports/analyses/ as that stage
+    wrote them."""
+    captions = analysis_captions(data.root)
+    shown = []
+    for figure in registry.FIGURES:
+        if figure.stage == "report":
+            for plot in figure.plots(data):
+                path = save(plot, folder)
+                link = f"{folder.name}/{path.name}"
+                shown.append(ShownFigure(path, link, figure.heading, plot.caption, figure.section))
+            continue
+        path = data.root / ANALYSES / f"{figure.name}.png"
+        if figure.name in captions and path.is_file():
+            link = Path(os.path.relpath(path, data.root / RESULTS)).as_posix()
+            caption = captions[figure.name]
+            shown.append(ShownFigure(path, link, figure.heading, caption, figure.section))
+    return shown
 
 
 def evaluation_tables(params: Params, summary: pl.DataFrame, collected: Collected) -> list[Table]:
@@ -129,7 +152,7 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
     warning = environment_warning(collected.status)
     if warning:
         intro += f" {warning}"
-    dest = root / layout.REPORTS / "results"
+    dest = root / RESULTS
     with atomic_path(dest) as tmp:
         (tmp / "figures").mkdir(parents=True)
         collected.results.write_parquet(tmp / "results.parquet")
@@ -139,21 +162,12 @@ def build_report(params: Params, root: Path = Path(".")) -> dict[str, Any]:
         )
         tests.write_csv(tmp / "significance.csv")
         comparison.write_csv(tmp / "comparison.csv")
-        forest = forest_plot(comparison, params.report.baseline_method, params.report.min_effect)
-        summary_figures = [(fig.save(forest, tmp / "figures"), forest.caption)] if forest else []
-        shown = [
-            (fig.save(p, tmp / "figures"), p.caption)
-            for p in make_plots(collected, params, reference, root)
-        ]
-        for png in sorted((root / ANALYSES).glob("*.png")):
-            shown.append((png, f"Analysis (figures stage): {png.stem}"))
+        data = ReportData(collected, params, reference, comparison, root)
+        figures = shown_figures(data, tmp / "figures")
         title = "Contrastive sentence embeddings: results"
-        md_figures = [(p, c) for p, c in shown if p.is_relative_to(tmp)]
-        text = markdown(title, intro, summary_tables, summary_figures, md_figures, tables, tmp)
-        extra = [p for p, _ in shown if not p.is_relative_to(tmp)]
-        text += "".join(f"\n![{p.stem}](../analyses/{p.name})\n" for p in extra)
+        text = markdown(title, intro, summary_tables, figures, tables)
         (tmp / "report.md").write_text(text, encoding="utf-8")
-        page = html_page(title, intro, summary_tables, summary_figures, shown, tables)
+        page = html_page(title, intro, summary_tables, figures, tables)
         (tmp / "report.html").write_text(page, encoding="utf-8")
         job = {"job_fingerprint": stage_fingerprint(params, "report")}
         write_json(tmp / layout.report_job_file().name, job)

@@ -4,6 +4,7 @@ sentence or figure it checks), plus the CLI's outputs and their determinism."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -20,6 +21,8 @@ from stages.analyses import plotting
 from stages.core.schema.params import DEFAULT_PARAMS, FiguresParams
 from stages.objectives import diagnostics
 from stages.objectives.hardest_negative import MET, MPT
+from stages.reporting import registry
+from stages.reporting.styles import DPI, PAGE_WIDTH_PX
 
 DEFAULTS = FiguresParams()  # the papers' values
 SIMULATION = p002.Simulation.from_params(DEFAULTS)
@@ -261,7 +264,7 @@ def legend_outside_panels(figure) -> list[str]:
     (legend,) = figure.legends
     box = legend.get_window_extent(renderer)
     assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in figure.axes)
-    assert all(t.get_fontsize() * plotting.LINE_DPI / 72 >= 13 for t in legend.get_texts())
+    assert all(t.get_fontsize() * DPI / 72 >= 13 for t in legend.get_texts())
     return [t.get_text() for t in legend.get_texts()]
 
 
@@ -275,7 +278,7 @@ def test_the_line_figures_keep_their_legends_off_the_curves(hardest_share, theta
     series = curves.filter(source="closed form")["series"].unique(maintain_order=True)
     assert legend_outside_panels(norms) == series.to_list()
     for figure in (share, norms):
-        assert figure.get_figwidth() * plotting.LINE_DPI <= 1400
+        assert figure.get_figwidth() * DPI <= PAGE_WIDTH_PX
 
 
 # The stage -----------------------------------------------------------------------------------
@@ -308,7 +311,9 @@ def test_cli_writes_every_figure_and_is_deterministic(tmp_path, capsys):
         "gradient_dissipation", "hardest_negative_share", "dynamic_ratio",
         "alignment_gradient_norms", "uniformity_gradient_norms", "gradient_norm_curves",
     ]  # fmt: skip
-    for entry in index["figures"]:
+    assert names == [figure.name for figure in registry.drawn_by("figures")]
+    for entry, figure in zip(index["figures"], registry.drawn_by("figures"), strict=True):
+        assert entry["title"] == figure.title and entry["paper"] == figure.paper
         assert entry["paper"][:3] in {"002", "003"} and entry["paper_figure"] and entry["caption"]
         assert (first / entry["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert pl.read_csv(first / entry["csv"]).height > 0
@@ -330,7 +335,9 @@ def test_cli_replaces_the_folder_atomically(tmp_path, monkeypatch):
     def broken(params):
         raise RuntimeError("analysis failed")
 
-    monkeypatch.setattr(stage, "figures", broken)
+    # the last figure fails, after the others were written into the temporary folder
+    last = dataclasses.replace(registry.FIGURES[-1], draw=broken)
+    monkeypatch.setattr(registry, "FIGURES", (*registry.FIGURES[:-1], last))
     with pytest.raises(RuntimeError):
         stage.main(["--params", str(params), "--out", str(out)])
     assert [p.name for p in out.iterdir()] == ["stale.csv"]

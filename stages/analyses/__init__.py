@@ -1,170 +1,146 @@
-"""The papers' analyses that need no training, as tidy data plus a renderer per figure.
+"""The papers' analyses that need no training, one function per figure: from the ``figures``
+params, the tidy data and its rendering (a ``stages.reporting.plots.Plot``, data kept for the
+CSV) with a caption true of what it draws.
 
-One module per paper: ``gradient_dissipation`` (paper 002, Section 3.1 simulations) and
-``gradient_norms`` (paper 003, gradient norms against the angles). ``figures(params)`` lists
-every figure the ``figures`` stage writes.
+One module per paper computes the data: ``gradient_dissipation`` (paper 002, Section 3.1
+simulations) and ``gradient_norms`` (paper 003, gradient norms against the angles).
+``stages.reporting.registry`` lists these figures, with the report's, under their titles and
+the papers' figure numbers; the ``figures`` stage writes them. Those two modules import torch
+(the objectives), so each function imports its module when it runs: the report, which embeds
+these figures from the stage's output, imports the registry without importing torch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
-from pathlib import Path
 
-import polars as pl
-
-from stages.analyses import gradient_dissipation, gradient_norms, plotting
+from stages.analyses import plotting
 from stages.core.schema.params import FiguresParams
+from stages.reporting.plots import Plot
+from stages.reporting.styles import HEATMAP_DPI
+
+MU_AXES = {"x": "mu_neg", "y": "mu_pos", "x_label": "mu_neg / pi", "y_label": "mu_pos / pi"}
+THETA_AXES = {
+    "x": "theta_neg",
+    "y": "theta_pos",
+    "x_label": "theta_ij' / pi",
+    "y_label": "theta_ii' / pi",
+}
 
 
-@dataclass(frozen=True)
-class Figure:
-    name: str  # file stem: <name>.png, <name>.csv
-    title: str
-    paper: str
-    paper_figure: str
-    caption: str
-    data: pl.DataFrame
-    render: Callable[[pl.DataFrame, Path], None]
+def gradient_dissipation_figure(params: FiguresParams) -> Plot:
+    from stages.analyses import gradient_dissipation  # torch: only where a figure is computed
 
-    def entry(self) -> dict[str, str]:
-        """Its index.json record."""
-        return {
-            "name": self.name,
-            "title": self.title,
-            "paper": self.paper,
-            "paper_figure": self.paper_figure,
-            "caption": self.caption,
-            "png": f"{self.name}.png",
-            "csv": f"{self.name}.csv",
-        }
-
-
-PAPER_002 = "002: Towards Better Understanding of Contrastive SRL: A Unified Paradigm for Gradient"
-PAPER_003 = "003: On the Inadequacy of Optimizing Alignment and Uniformity in Contrastive SRL"
-
-
-def figures(params: FiguresParams) -> list[Figure]:
     simulation = gradient_dissipation.Simulation.from_params(params)
-    mu_axes = {"x": "mu_neg", "y": "mu_pos", "x_label": "mu_neg / pi", "y_label": "mu_pos / pi"}
-    theta_axes = {
-        "x": "theta_neg",
-        "y": "theta_pos",
-        "x_label": "theta_ij' / pi",
-        "y_label": "theta_ii' / pi",
-    }
-    theta = gradient_norms.angles(params.heatmap_points)
+    data = gradient_dissipation.gradient_dissipation(simulation)
+    return Plot(
+        "gradient_dissipation",
+        f"Mean GD (Table 1) over {params.batches} batches of 1 positive and {params.negatives} "
+        f"negative angles per cell, theta_ii' ~ N(mu_pos, {params.sigma_pos:g}^2), theta_ij' ~ "
+        f"N(mu_neg, {params.sigma_neg:g}^2), on a {params.grid_points} x {params.grid_points} "
+        "grid. Both forms (fraction: InfoNCE, ArcCon; indicator: MPT, MET) are 1 when mu_pos "
+        "and mu_neg are close and drop to 0 once mu_neg exceeds mu_pos by some gap.",
+        plotting.heatmap_figure(data, **MU_AXES, columns=2, value_range=(0, 1)),
+        data,
+        HEATMAP_DPI,
+    )
+
+
+def hardest_negative_share_figure(params: FiguresParams) -> Plot:
+    from stages.analyses import gradient_dissipation  # torch: only where a figure is computed
+
+    data = gradient_dissipation.hardest_negative_share(
+        gradient_dissipation.Simulation.from_params(params),
+        params.weight_mu_pos_deg,
+        params.weight_temperatures,
+        params.weight_min_gd,
+    )
+    return Plot(
+        "hardest_negative_share",
+        "Mean over simulated batches of max_j w_j / sum_j w_j, w_j = e^{cos theta_ij'/tau}, at "
+        f"mu_pos = {params.weight_mu_pos_deg:g} deg, against mu_neg, one curve per tau; only "
+        f"batches whose InfoNCE GD >= {params.weight_min_gd:g} (the released code's filter; "
+        "gaps: no batch gets a gradient). Small tau focuses the weight on the hardest negative; "
+        "from tau = 0.3 its share collapses.",
+        plotting.share_figure(data),
+        data,
+    )
+
+
+def dynamic_ratio_figure(params: FiguresParams) -> Plot:
+    from stages.analyses import gradient_dissipation  # torch: only where a figure is computed
+
+    data = gradient_dissipation.dynamic_ratios(params.grid_points, params.negatives)
+    return Plot(
+        "dynamic_ratio",
+        "R = sin(theta_ii' + u) / sin theta_ii' (ArcCon) and sqrt((1 - cos theta_ij') / "
+        "(1 - cos theta_ii')) (MET) on the angle grid, colour range [0, 5]. Shaded: pairs that "
+        "do not occur in training (theta_ii' > theta_ij', or GD off). Where they occur, R is "
+        "mostly between 1 and 2.",
+        plotting.heatmap_figure(data, **THETA_AXES, columns=2, value_range=(0, 5), shade="occurs"),
+        data,
+        HEATMAP_DPI,
+    )
+
+
+def alignment_gradient_norms_figure(params: FiguresParams) -> Plot:
+    from stages.analyses import gradient_norms  # torch: only where a figure is computed
+
+    theta, counts = gradient_norms.angles(params.heatmap_points), params.negative_counts
+    data = gradient_norms.heatmap_frame(
+        theta, theta, gradient_norms.alignment_part(theta, theta, counts)
+    )
+    return Plot(
+        "alignment_gradient_norms",
+        "||grad^pos|| * ||h_i|| over (theta_ij', theta_ii'), every negative at theta_ij'. "
+        "L_cl's norm vanishes once theta_ij' is adequately larger than theta_ii' (gradient "
+        "dissipation); that region shrinks as the negatives grow "
+        f"({', '.join(map(str, counts))}). L_align and L_dcl do not vary with theta_ij'; "
+        "L_dcl+, L_mpt, L_met and L_mat cut the gradient as L_cl does.",
+        plotting.heatmap_figure(data, **THETA_AXES, columns=5),
+        data,
+        HEATMAP_DPI,
+    )
+
+
+def uniformity_gradient_norms_figure(params: FiguresParams) -> Plot:
+    from stages.analyses import gradient_norms  # torch: only where a figure is computed
+
+    theta, counts = gradient_norms.angles(params.heatmap_points), params.negative_counts
+    data = gradient_norms.heatmap_frame(
+        theta, theta, gradient_norms.uniformity_part(theta, theta, counts)
+    )
+    return Plot(
+        "uniformity_gradient_norms",
+        "||grad^neg_j|| * ||h_i|| of a single negative j (the hardest for the hinge losses) "
+        "over (theta_ij', theta_ii'). L_cl's per-negative norm approaches L_uniform's and "
+        "L_dcl's shape as the negatives grow.",
+        plotting.heatmap_figure(data, **THETA_AXES, columns=5),
+        data,
+        HEATMAP_DPI,
+    )
+
+
+def gradient_norm_curves_figure(params: FiguresParams) -> Plot:
+    from stages.analyses import gradient_norms  # torch: only where a figure is computed
+
     counts = params.negative_counts
-    fixed_neg, fixed_pos = (
+    data = gradient_norms.norm_curves(
+        gradient_norms.angles(params.heatmap_points),
         math.radians(params.curve_theta_neg_deg),
         math.radians(params.curve_theta_pos_deg),
+        counts,
     )
-    batch = f"1 positive and {params.negatives} negative angles"
-    return [
-        Figure(
-            name="gradient_dissipation",
-            title="Mean gradient dissipation GD over simulated batches",
-            paper=PAPER_002,
-            paper_figure="Fig. 2 (ArcCon, MET) and Fig. 10 (InfoNCE, MPT), Section 3.1.1",
-            caption=(
-                f"Mean GD (Table 1) over {params.batches} batches of {batch} per cell, theta_ii' "
-                f"~ N(mu_pos, {params.sigma_pos:g}^2), theta_ij' ~ N(mu_neg, "
-                f"{params.sigma_neg:g}^2), on a {params.grid_points} x {params.grid_points} grid."
-                " Both forms (fraction: InfoNCE, ArcCon; indicator: MPT, MET) are 1 when mu_pos "
-                "and mu_neg are close and drop to 0 once mu_neg exceeds mu_pos by some gap."
-            ),
-            data=gradient_dissipation.gradient_dissipation(simulation),
-            render=partial(plotting.heatmaps, **mu_axes, columns=2, value_range=(0, 1)),
-        ),
-        Figure(
-            name="hardest_negative_share",
-            title="Share of the hardest negative in the exponential weight",
-            paper=PAPER_002,
-            paper_figure="Fig. 3, Section 3.1.2",
-            caption=(
-                "Mean over simulated batches of max_j w_j / sum_j w_j, w_j = e^{cos theta_ij'/tau}"
-                f", at mu_pos = {params.weight_mu_pos_deg:g} deg, against mu_neg, one curve per "
-                f"tau; only batches whose InfoNCE GD >= {params.weight_min_gd:g} (the released "
-                "code's filter; gaps: no batch gets a gradient). Small tau focuses the weight on "
-                "the hardest negative; from tau = 0.3 its share collapses."
-            ),
-            data=gradient_dissipation.hardest_negative_share(
-                simulation,
-                params.weight_mu_pos_deg,
-                params.weight_temperatures,
-                params.weight_min_gd,
-            ),
-            render=plotting.share_curves,
-        ),
-        Figure(
-            name="dynamic_ratio",
-            title="Dynamic ratios R of ArcCon and MET",
-            paper=PAPER_002,
-            paper_figure="Fig. 4, Section 3.1.3",
-            caption=(
-                "R = sin(theta_ii' + u) / sin theta_ii' (ArcCon) and sqrt((1 - cos theta_ij') / "
-                "(1 - cos theta_ii')) (MET) on the angle grid, colour range [0, 5]. Shaded: pairs "
-                "that do not occur in training (theta_ii' > theta_ij', or GD off). Where they "
-                "occur, R is mostly between 1 and 2."
-            ),
-            data=gradient_dissipation.dynamic_ratios(params.grid_points, params.negatives),
-            render=partial(
-                plotting.heatmaps, **theta_axes, columns=2, value_range=(0, 5), shade="occurs"
-            ),
-        ),
-        Figure(
-            name="alignment_gradient_norms",
-            title="Gradient norms of the alignment part",
-            paper=PAPER_003,
-            paper_figure="Fig. 2a and 2b, Section 4",
-            caption=(
-                "||grad^pos|| * ||h_i|| over (theta_ij', theta_ii'), every negative at theta_ij'. "
-                "L_cl's norm vanishes once theta_ij' is adequately larger than theta_ii' "
-                "(gradient dissipation); that region shrinks as the negatives grow "
-                f"({', '.join(map(str, counts))}). L_align and L_dcl do not vary with theta_ij'; "
-                "L_dcl+, L_mpt, L_met and L_mat cut the gradient as L_cl does."
-            ),
-            data=gradient_norms.heatmap_frame(
-                theta, theta, gradient_norms.alignment_part(theta, theta, counts)
-            ),
-            render=partial(plotting.heatmaps, **theta_axes, columns=5),
-        ),
-        Figure(
-            name="uniformity_gradient_norms",
-            title="Gradient norms of the uniformity part (one negative)",
-            paper=PAPER_003,
-            paper_figure="Fig. 4, Appendix B",
-            caption=(
-                "||grad^neg_j|| * ||h_i|| of a single negative j (the hardest for the hinge "
-                "losses) over (theta_ij', theta_ii'). L_cl's per-negative norm approaches "
-                "L_uniform's and L_dcl's shape as the negatives grow."
-            ),
-            data=gradient_norms.heatmap_frame(
-                theta, theta, gradient_norms.uniformity_part(theta, theta, counts)
-            ),
-            render=partial(plotting.heatmaps, **theta_axes, columns=5),
-        ),
-        Figure(
-            name="gradient_norm_curves",
-            title="Gradient norms against the angle, closed form vs autograd",
-            paper=PAPER_003,
-            paper_figure="slices of Fig. 2a and Fig. 4 (eqs. 7, 9, 11, 16, 18, 19)",
-            caption=(
-                f"Left: ||grad^pos|| against theta_ii' at theta_ij' = "
-                f"{params.curve_theta_neg_deg:g} deg; right: one negative's ||grad^neg_j|| "
-                f"against theta_ij' at theta_ii' = {params.curve_theta_pos_deg:g} deg. Lines: "
-                "closed forms (Appendix B.3); circles: autograd through the registry's InfoNCE, "
-                f"DCL and DCL+ on an explicit batch with {counts[0]} negatives."
-            ),
-            data=gradient_norms.norm_curves(theta, fixed_neg, fixed_pos, counts),
-            render=partial(
-                plotting.norm_curves,
-                fixed={
-                    "positive": f"theta_ij' = {params.curve_theta_neg_deg:g} deg",
-                    "negative": f"theta_ii' = {params.curve_theta_pos_deg:g} deg",
-                },
-            ),
-        ),
-    ]
+    fixed = {
+        "positive": f"theta_ij' = {params.curve_theta_neg_deg:g} deg",
+        "negative": f"theta_ii' = {params.curve_theta_pos_deg:g} deg",
+    }
+    return Plot(
+        "gradient_norm_curves",
+        f"Left: ||grad^pos|| against theta_ii' at {fixed['positive']}; right: one negative's "
+        f"||grad^neg_j|| against theta_ij' at {fixed['negative']}. Lines: closed forms "
+        "(Appendix B.3); circles: autograd through the registry's InfoNCE, DCL and DCL+ on an "
+        f"explicit batch with {counts[0]} negatives.",
+        plotting.norm_figure(data, fixed),
+        data,
+    )

@@ -1,10 +1,9 @@
-"""Matplotlib (Agg) renderings of the analyses' tidy frames; the frames, not the pixels, are what
-the tests check."""
+"""Matplotlib (Agg) renderings of the analyses' tidy frames, in the report's style
+(``stages.reporting.styles``); the frames, not the pixels, are what the tests check."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import matplotlib
 
@@ -16,11 +15,7 @@ import polars as pl
 from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 
-PANEL_SIZE = (3.2, 2.7)
-# The line figures: their legends hold text, drawn at LEGEND_FONT points and LINE_DPI, 13.75 px
-# on the report's page (which shows figures up to 1400 px wide at their own size).
-LINE_DPI = 110
-LEGEND_FONT = 9
+from stages.reporting.styles import FONT_SIZE, HEATMAP_FONT_SIZE, HEATMAP_PANEL_SIZE
 
 
 def _grid(frame: pl.DataFrame, y: str, x: str, column: str) -> np.ndarray:
@@ -28,9 +23,8 @@ def _grid(frame: pl.DataFrame, y: str, x: str, column: str) -> np.ndarray:
     return frame[column].to_numpy().reshape(len(ys), len(xs))
 
 
-def heatmaps(
+def heatmap_figure(
     frame: pl.DataFrame,
-    path: Path,
     *,
     x: str,
     y: str,
@@ -39,7 +33,7 @@ def heatmaps(
     columns: int = 4,
     value_range: tuple[float, float] | None = None,
     shade: str | None = None,
-) -> None:
+) -> Figure:
     """One heat-map per panel (rows y, columns x, both in units of pi); ``shade`` names a bool
     column whose False cells are greyed out."""
     panels = frame["panel"].unique(maintain_order=True).to_list()
@@ -48,7 +42,7 @@ def heatmaps(
     fig, axes = plt.subplots(
         rows,
         width,
-        figsize=(PANEL_SIZE[0] * width, PANEL_SIZE[1] * rows),
+        figsize=(HEATMAP_PANEL_SIZE[0] * width, HEATMAP_PANEL_SIZE[1] * rows),
         squeeze=False,
         constrained_layout=True,
     )
@@ -68,14 +62,13 @@ def heatmaps(
                 cmap="Greys", vmin=0, vmax=2.5, alpha=0.55,
             )  # fmt: skip
         fig.colorbar(mesh, ax=ax)
-        ax.set_title(panel, fontsize=8)
-        ax.set_xlabel(x_label, fontsize=8)
-        ax.set_ylabel(y_label, fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_title(panel, fontsize=HEATMAP_FONT_SIZE)
+        ax.set_xlabel(x_label, fontsize=HEATMAP_FONT_SIZE)
+        ax.set_ylabel(y_label, fontsize=HEATMAP_FONT_SIZE)
+        ax.tick_params(labelsize=HEATMAP_FONT_SIZE - 1)
     for ax in axes.flat[len(panels) :]:
         ax.set_axis_off()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    return fig
 
 
 def share_figure(frame: pl.DataFrame) -> Figure:
@@ -87,14 +80,8 @@ def share_figure(frame: pl.DataFrame) -> Figure:
     ax.set_xlabel("mu_neg / pi")
     ax.set_ylabel("mean share of the hardest negative")
     ax.set_ylim(0, 1.02)
-    fig.legend(loc="outside right upper", fontsize=LEGEND_FONT, frameon=False)
+    fig.legend(loc="outside right upper", fontsize=FONT_SIZE, frameon=False)
     return fig
-
-
-def share_curves(frame: pl.DataFrame, path: Path) -> None:
-    fig = share_figure(frame)
-    fig.savefig(path, dpi=LINE_DPI)
-    plt.close(fig)
 
 
 def norm_figure(frame: pl.DataFrame, fixed: dict[str, str]) -> Figure:
@@ -117,7 +104,7 @@ def norm_figure(frame: pl.DataFrame, fixed: dict[str, str]) -> Figure:
                 )  # fmt: skip
         ax.set_xlabel(("theta_ii'" if part == "positive" else "theta_ij'") + " / pi")
         ax.set_ylabel(f"||grad^{'pos' if part == 'positive' else 'neg_j'}|| * ||h_i||")
-        ax.set_title(f"{part} part, {fixed[part]} (circles: autograd)", fontsize=LEGEND_FONT)
+        ax.set_title(f"{part} part, {fixed[part]} (circles: autograd)", fontsize=FONT_SIZE)
         ax.set_ylim(1e-6, None)
     series: dict[str, Artist] = {}  # label -> line: each series once, whichever panels draw it
     for ax in axes.flat:
@@ -128,13 +115,7 @@ def norm_figure(frame: pl.DataFrame, fixed: dict[str, str]) -> Figure:
         list(series),
         loc="outside lower center",
         ncols=min(len(series), 3),
-        fontsize=LEGEND_FONT,
+        fontsize=FONT_SIZE,
         frameon=False,
     )
     return fig
-
-
-def norm_curves(frame: pl.DataFrame, path: Path, fixed: dict[str, str]) -> None:
-    fig = norm_figure(frame, fixed)
-    fig.savefig(path, dpi=LINE_DPI)
-    plt.close(fig)

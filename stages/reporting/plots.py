@@ -1,4 +1,5 @@
 """The report's figures (matplotlib, Agg, PNG), each from what exists; absent data, no figure.
+``registry.py`` lists them, with the papers' analyses, under their titles.
 
 - training curves: loss, tau and STS-B dev Spearman against the step (lines: one colour per
   method, one line style per seed, ``styles.py``);
@@ -60,9 +61,14 @@ PAIR_COLOURS = {"positive": "tab:blue", "negative": "tab:orange"}
 
 @dataclass(frozen=True)
 class Plot:
+    """A drawn figure: its file stem, a caption true of what it draws, and the tidy data it was
+    drawn from where that is worth keeping beside the PNG (the analyses' CSVs)."""
+
     name: str  # file stem
     caption: str
     figure: Figure
+    data: pl.DataFrame | None = None
+    dpi: int = DPI
 
 
 def _smooth(values: np.ndarray) -> np.ndarray:
@@ -529,25 +535,41 @@ def final_gap_plot(sweeps: list[Sweep], results: pl.DataFrame) -> Plot | None:
     return Plot(FINAL_GAP_FIGURES[parameter], caption, fig)
 
 
-def sweep_plots(
-    planned: Iterable[Planned], results: pl.DataFrame, published: pl.DataFrame
-) -> list[Plot]:
-    """One figure per swept setting of the plan, and paper 003 Fig. 3a's against the final d_ij
-    for the settings of ``FINAL_GAP_FIGURES``."""
+def sweeps_by_parameter(planned: Iterable[Planned]) -> dict[str, list[Sweep]]:
+    """The plan's sweeps grouped by their swept setting, in ``detect_sweeps``'s order."""
     by_parameter: dict[str, list[Sweep]] = {}
     for sweep in detect_sweeps(planned):
         by_parameter.setdefault(sweep.parameter, []).append(sweep)
-    plots = [sweep_plot(sweeps, results, published) for sweeps in by_parameter.values()]
-    plots += [
+    return by_parameter
+
+
+def sweep_plots(
+    planned: Iterable[Planned], results: pl.DataFrame, published: pl.DataFrame
+) -> list[Plot]:
+    """One figure per swept setting of the plan."""
+    plots = [
+        sweep_plot(sweeps, results, published) for sweeps in sweeps_by_parameter(planned).values()
+    ]
+    return [p for p in plots if p is not None]
+
+
+def final_gap_plots(planned: Iterable[Planned], results: pl.DataFrame) -> list[Plot]:
+    """Paper 003 Fig. 3a's figure against the final d_ij for each swept setting of
+    ``FINAL_GAP_FIGURES`` the plan has."""
+    plots = [
         final_gap_plot(sweeps, results)
-        for parameter, sweeps in by_parameter.items()
+        for parameter, sweeps in sweeps_by_parameter(planned).items()
         if parameter in FINAL_GAP_FIGURES
     ]
     return [p for p in plots if p is not None]
 
 
 def save(plot: Plot, folder: Path) -> Path:
+    """Write ``<name>.png`` (and ``<name>.csv``, float64 to 12 significant digits, where the plot
+    keeps its data) into ``folder``; return the PNG's path."""
     path = folder / f"{plot.name}.png"
-    plot.figure.savefig(path, dpi=DPI)
+    if plot.data is not None:
+        plot.data.write_csv(folder / f"{plot.name}.csv", float_precision=12)
+    plot.figure.savefig(path, dpi=plot.dpi)
     plt.close(plot.figure)
     return path

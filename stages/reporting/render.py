@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import base64
 import html
+from dataclasses import dataclass
 from pathlib import Path
 
 from stages.reporting.styles import PAGE_WIDTH_PX
 from stages.reporting.tables import Table
+
+
+@dataclass(frozen=True)
+class ShownFigure:
+    """A registered figure's PNG as the report shows it (``registry.py``)."""
+
+    path: Path  # the PNG, read to embed it in the HTML
+    link: str  # the PNG relative to report.md's final folder
+    title: str
+    caption: str
+    section: str  # "summary" or "figures"
 
 
 def markdown_table(table: Table) -> str:
@@ -20,25 +32,23 @@ def markdown_table(table: Table) -> str:
     return f"### {table.title}\n\n{table.note}\n\n" + "\n".join(rows) + "\n"
 
 
+def markdown_figure(figure: ShownFigure) -> str:
+    return f"### {figure.title}\n\n![{figure.title}]({figure.link})\n\n{figure.caption}\n"
+
+
 def markdown(
     title: str,
     intro: str,
     summary: list[Table],
-    summary_figures: list[tuple[Path, str]],
-    figures: list[tuple[Path, str]],
+    figures: list[ShownFigure],
     tables: list[Table],
-    base: Path,
 ) -> str:
     """Summary (tables, then its figures) first, the figures, then the detail tables folded."""
-
-    def figure(path: Path, caption: str) -> str:
-        return f"![{caption}]({path.relative_to(base).as_posix()})\n\n{caption}\n"
-
     parts = [f"# {title}\n", intro + "\n", "## Summary\n"]
     parts += [markdown_table(t) for t in summary]
-    parts += [figure(p, c) for p, c in summary_figures]
+    parts += [markdown_figure(f) for f in figures if f.section == "summary"]
     parts.append("## Figures\n")
-    parts += [figure(p, c) for p, c in figures]
+    parts += [markdown_figure(f) for f in figures if f.section == "figures"]
     parts.append("## Tables\n")
     for table in tables:
         parts.append(f"<details><summary>{html.escape(table.title)}</summary>\n")
@@ -68,12 +78,12 @@ STYLE = (
 )
 
 
-def html_figure(path: Path, caption: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
+def html_figure(figure: ShownFigure) -> str:
+    data = base64.b64encode(figure.path.read_bytes()).decode("ascii")
     return (
-        f"<figure><img src='data:image/png;base64,{data}' "
-        f"alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
-        "</figcaption></figure>"
+        f"<figure><h3>{html.escape(figure.title)}</h3>"
+        f"<img src='data:image/png;base64,{data}' alt='{html.escape(figure.title)}'>"
+        f"<figcaption>{html.escape(figure.caption)}</figcaption></figure>"
     )
 
 
@@ -81,8 +91,7 @@ def html_page(
     title: str,
     intro: str,
     summary: list[Table],
-    summary_figures: list[tuple[Path, str]],
-    figures: list[tuple[Path, str]],
+    figures: list[ShownFigure],
     tables: list[Table],
 ) -> str:
     """One self-contained page: the summary section first (its tables and forest plot), then
@@ -94,9 +103,9 @@ def html_page(
         f"<section id='summary'><h2>Summary</h2><p>{html.escape(intro)}</p>",
     ]
     parts += [html_table(t) for t in summary]
-    parts += [html_figure(p, c) for p, c in summary_figures]
+    parts += [html_figure(f) for f in figures if f.section == "summary"]
     parts.append("</section><section id='figures'><h2>Figures</h2>")
-    parts += [html_figure(p, c) for p, c in figures]
+    parts += [html_figure(f) for f in figures if f.section == "figures"]
     parts.append("</section><section id='tables'><h2>Tables</h2>")
     for table in tables:
         parts.append(f"<details><summary>{html.escape(table.title)}</summary>")

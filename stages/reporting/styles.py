@@ -1,14 +1,16 @@
-"""Distinct line styles for many runs: one colour per method, one line style per seed, one
-marker per backbone, so a figure with more than ten runs still tells every line apart (a
-matplotlib default cycle repeats its ten colours); the legend names the methods, the seeds and
-the backbones once each, not every run.
+"""The one style of every figure, the report's and the papers' analyses' (``registry.py``):
+sizes, resolutions, fonts, and distinct line styles for many runs: one colour per method, one
+line style per seed, one marker per backbone, so a figure with more than ten runs still tells
+every line apart (a matplotlib default cycle repeats its ten colours); the legend names the
+methods, the seeds and the backbones once each, not every run.
 
 Experiments are named ``method.backbone.s<seed>`` (``stages.experiments.experiment_name``);
 anything else (a baseline) is drawn grey.
 
 Sizes: the report's page is ``PAGE_WIDTH_PX`` wide (``render.py``); a figure at most that wide
 at ``DPI`` is shown at its own size, so its ``FONT_SIZE`` text stays ``FONT_SIZE * DPI / 72``
-pixels (13.75 px) on screen.
+pixels (13.75 px) on screen. The analyses' heat-maps are grids of small panels
+(``HEATMAP_PANEL_SIZE``) written at ``HEATMAP_DPI``, with ``HEATMAP_FONT_SIZE`` labels.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ PAGE_WIDTH_PX = 1400
 DPI = 110
 FIGURE_WIDTH = PAGE_WIDTH_PX / DPI  # inches
 FONT_SIZE = 9  # points: legends and panel titles
+HEATMAP_PANEL_SIZE = (3.2, 2.7)  # inches, one heat-map with its colour bar
+HEATMAP_DPI = 80
+HEATMAP_FONT_SIZE = 8  # points: a heat-map's title and axis labels (its ticks one point less)
 # A method's name may end in its grid point, whose values hold dots: arccon[margin_deg=0.5].
 _NAME = re.compile(r"^(?P<method>[^.\[]+(?:\[[^\]]*\])?)\.(?P<backbone>.+)\.s(?P<seed>-?\d+)$")
 

@@ -17,7 +17,7 @@ from stages.reporting.collect import (
     curve_rows,
     final_gap,
 )
-from stages.reporting.plots import sweep_plots
+from stages.reporting.plots import final_gap_plots, sweep_plots
 from stages.reporting.styles import DPI, PAGE_WIDTH_PX
 
 MARGINS = (0.1, 0.23, 0.8)
@@ -75,9 +75,10 @@ def results(runs: list[Planned], with_gap: bool = True) -> pl.DataFrame:
 
 def test_fig_3a_draws_sts_and_tr_against_the_final_gap_one_point_per_margin() -> None:
     runs = mpt_runs()
-    plots = {p.name: p for p in sweep_plots(runs, results(runs), published().clear())}
-    assert set(plots) == {"sweep_objective_margin", "final_gap_sweep"}
-    plot = plots["final_gap_sweep"]
+    sweeps = {p.name for p in sweep_plots(runs, results(runs), published().clear())}
+    assert sweeps == {"sweep_objective_margin"}
+    (plot,) = final_gap_plots(runs, results(runs))
+    assert plot.name == "final_gap_sweep"
     figure: Figure = plot.figure
     sts, tr = figure.axes
     assert "STS" in sts.get_ylabel() and "transfer" in tr.get_ylabel()
@@ -99,8 +100,7 @@ def test_fig_3a_draws_sts_and_tr_against_the_final_gap_one_point_per_margin() ->
 
 def test_no_fig_3a_without_logged_gaps_or_for_other_settings() -> None:
     runs = mpt_runs()
-    names = {p.name for p in sweep_plots(runs, results(runs, False), published().clear())}
-    assert names == {"sweep_objective_margin"}
+    assert final_gap_plots(runs, results(runs, False)) == []
     taus = [
         Planned(f"x[tau={t}].bert.s1", "run", f"x[tau={t}]", "bert", 1, "r",
                 {"objective.name": "x", "objective.tau": t}, "x")
@@ -108,6 +108,7 @@ def test_no_fig_3a_without_logged_gaps_or_for_other_settings() -> None:
     ]  # fmt: skip
     names = {p.name for p in sweep_plots(taus, results_for_tau(taus), published().clear())}
     assert names == {"temperature_sweep"}
+    assert final_gap_plots(taus, results_for_tau(taus)) == []
 
 
 def results_for_tau(runs: list[Planned]) -> pl.DataFrame:
