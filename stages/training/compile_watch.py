@@ -52,19 +52,24 @@ def first_compiled_step(run: TrainingParts, take_step: Callable[[], None]) -> bo
     True when it fell back to eager. The weights (SAM moves them inside a step), the gradients
     and the RNG state are put back before the eager rerun; the optimizer and the schedule step
     after every compiled call of the step, so a compilation failure never reaches them."""
-    weights = {name: t.detach().clone() for name, t in run.model.state_dict().items()}
+    setting = run.job.train.compile
+    if setting != "auto":
+        try:
+            take_step()
+        except COMPILE_FAILURES as error:
+            raise StageError(
+                f"train.compile: {str(setting).lower()} failed to compile the training forward "
+                f"({failure_cause(error)}); set train.compile to false (or auto)"
+            ) from None
+        return False
+    # copies on the host: the first step's peak device memory stays as it was
+    weights = {name: t.detach().to("cpu", copy=True) for name, t in run.model.state_dict().items()}
     rng = rng_state(run.runtime.device)
     try:
         take_step()
         return False
     except COMPILE_FAILURES as error:
         cause = failure_cause(error)
-        setting = run.job.train.compile
-        if setting != "auto":
-            raise StageError(
-                f"train.compile: {str(setting).lower()} failed to compile the training forward "
-                f"({cause}); set train.compile to false (or auto)"
-            ) from None
     run.model.load_state_dict(weights)
     for param in run.params:
         param.grad = None
