@@ -255,6 +255,23 @@ def as_if_on_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def test_compile_auto_on_one_gpu_trains_the_padded_forward_under_graphs(
+    corpus, token_cache, dev_evaluator, tmp_path, monkeypatch
+) -> None:
+    """``unpad`` defaults to true, yet auto's graphs take the padded forward, and config.json
+    says so and why."""
+    as_if_on_one_gpu(monkeypatch)
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda module, **options: calls.append(options) or module)
+    out = tmp_path / "run"
+    train(make_job(corpus, out, token_cache, max_steps=2, eval_steps=2), dev_evaluator)
+    assert calls == [{"dynamic": True, "mode": "reduce-overhead"}]
+    execution = json.loads((out / "config.json").read_text())["execution"]
+    assert (execution["compile"], execution["unpadded"]) == ("reduce-overhead", False)
+    assert execution["compile_reason"] == GRAPHS.reason
+    assert execution["packed_rows_multiple"] is None  # no packing: the padded forward
+
+
 def run_records(out: Path) -> list[dict[str, Any]]:
     """The log's records without wall times."""
     return [{k: v for k, v in r.items() if k != "eval_s"} for r in read_log(out / "log.jsonl")]
