@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from stages.core.errors import StageError
 from stages.core.storage.atomic import write_json
-from stages.core.storage.run_folders import METRICS_FILE
+from stages.core.storage.run_folders import CONFIG_FILE, METRICS_FILE
 from stages.objectives.base import LossOutput
 from stages.objectives.temperature import tau_at
 from stages.training import distributed as dist_util
@@ -41,6 +42,7 @@ from stages.training.checkpoints import (
     start_or_resume,
     unwritten_checkpoint_error,
 )
+from stages.training.compile_watch import DynamoCounts, first_compiled_step, record_dynamo_counts
 from stages.training.dev_encoder import DevEvaluator
 from stages.training.distributed import Distributed, mean_across_ranks
 from stages.training.job import TrainJob
@@ -81,12 +83,16 @@ def train(
         settings.compile,
         processes=ctx.world_size,
         chunked=settings.embedding_chunk_size is not None,
+        accumulation_steps=settings.gradient_accumulation_steps,
+        unpad=settings.unpad,
     )
-    with dist_util.process_group(ctx, runtime.device), runtime.fp32_matmuls():
+    with dist_util.process_group(ctx, runtime.device), ExitStack() as contexts:
+        contexts.enter_context(runtime.fp32_matmuls())
         # Set up: corpus, batch plan, encoder, AdamW, schedule, dev encoder (parts.py).
         run = Training(job, evaluate_dev, ctx, runtime)
         # Fresh (config.json, seeded dropout) or from the latest checkpoint (checkpoints.py).
         progress, log = start_or_resume(run)
+        dynamo_before = DynamoCounts.now()
         # Without gathered negatives each rank's loss covers only its share of the batch.
         average = mean_across_ranks(ctx) if ctx.active and not settings.gather_negatives else None
         started, first_step = time.perf_counter(), run.step
@@ -99,13 +105,23 @@ def train(
             dynamic_ncols=True,
         )
         stop_at = run.total_steps if until_step is None else min(until_step, run.total_steps)
+
+        def take_step() -> None:
+            # views, forward, loss, backward, clip, AdamW, schedules: Training.train_step
+            if step_hook is None:
+                run.train_step()
+            else:
+                step_hook(run.train_step)
+
         try:
             while run.step < stop_at:
-                # views, forward, loss, backward, clip, AdamW, schedules: Training.train_step
-                if step_hook is None:
-                    run.train_step()
+                if run.runtime.compile and run.step == first_step:
+                    # compiles; under compile auto a failure reruns the step eagerly
+                    if first_compiled_step(run, take_step):
+                        contexts.enter_context(run.runtime.fp32_matmuls())
+                        record_execution(run)
                 else:
-                    step_hook(run.train_step)
+                    take_step()
                 run.step += 1
                 bar.update(1)
                 step = run.step
@@ -176,8 +192,11 @@ def train(
                 )
             elapsed = progress.elapsed_before + wall
             metrics = run_metrics(run, progress, elapsed, wall, run.step - first_step)
+            if runtime.compile:  # compiled at the start (fallen back or not)
+                record_dynamo_counts(run, dynamo_before)
             if ctx.is_main:
                 assert progress.best_weights is not None
+                record_execution(run)
                 save_final_and_best(run, progress.best_weights, metrics)
                 write_json(job.out_dir / METRICS_FILE, metrics)
                 remove_checkpoints(job.out_dir)
@@ -187,6 +206,13 @@ def train(
             bar.close()
             if log is not None:
                 log.close()
+
+
+def record_execution(run: TrainingParts) -> None:
+    """config.json again (rank 0), once how the run executes changed (a fallback to eager) or
+    is complete (dynamo's counts)."""
+    if run.ctx.is_main:
+        write_json(run.job.out_dir / CONFIG_FILE, {**run.job.config, "execution": run.execution()})
 
 
 class Training(TrainingParts):

@@ -106,7 +106,7 @@ class TrainingParts:
             train.pooler,
             train.view_dropout,
             train.triplet_dropout,
-            unpad=train.unpad,
+            unpad=runtime.unpad,  # train.unpad as the compile setting resolved it
         )
         self.unpadded = self.model.unpadded
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -117,6 +117,7 @@ class TrainingParts:
         if ctx.active:
             device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
             self.forward = DistributedDataParallel(self.model, device_ids=device_ids)
+        self.eager_forward = self.forward
         if runtime.compile:
             mode = "reduce-overhead" if runtime.compile == "reduce-overhead" else None
             self.forward = torch.compile(  # type: ignore[assignment]
@@ -131,9 +132,20 @@ class TrainingParts:
             job.eval_batch_size,
             train.dev_precision,
         )
-        self.dev_encoder.model.unpad = train.unpad  # the dev encoder's own ContrastiveModel
+        self.dev_encoder.model.unpad = runtime.unpad  # its own ContrastiveModel, as training
         self.recorder = StepRecorder(job.objective.name)
         self.step = 0
+        # dynamo's counts over this process's steps (compile_watch.DynamoCounts); None: eager
+        self.dynamo: dict[str, int] | None = None
+
+    def fall_back_to_eager(self, reason: str) -> None:
+        """Run on as ``compile: false`` runs (its dropout modules and Linear layers, the
+        uncompiled forward), with ``reason`` recorded; the forward keeps its padding."""
+        self.runtime = self.runtime.eager(reason)
+        use_fast_dropout(self.encoder)
+        if self.runtime.onednn_linear:
+            use_onednn_linear(self.encoder)
+        self.forward = self.eager_forward
 
     def evaluate(self) -> dict[str, float]:
         """The dev evaluator's scores of the model as it is now (they must hold the metric that
@@ -152,6 +164,8 @@ class TrainingParts:
             "eval_precision": self.dev_encoder.precision,
             "world_size": self.ctx.world_size,
             "compile": self.runtime.compile,  # train.compile resolved on this device
+            "compile_reason": self.runtime.compile_reason,
+            "dynamo": self.dynamo,
             "packed_rows_multiple": self.runtime.packed_rows_multiple if self.unpadded else None,
             "embedding_chunk_size": self.job.train.embedding_chunk_size,
             **software(),

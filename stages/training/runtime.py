@@ -1,23 +1,26 @@
 """Where and in which precision training runs: one object holding every device-dependent choice,
 so the training code itself has no device branches and runs unchanged on CPU and GPU.
 
-- precision ``auto``: bf16 autocast on a GPU that supports it, fp32 elsewhere; ``bf16`` forces
-  autocast (fast on CPUs with AVX512-BF16/AMX; without them torch emulates bf16 matrix products,
-  many times slower than fp32, and a warning says so). Weights, optimizer state and the
-  objectives stay fp32 in every mode (objectives switch autocast off and upcast their inputs
-  themselves);
+- precision ``auto``: bf16 autocast on a GPU that computes bf16 natively (compute capability
+  8.0 or newer: A100, H100, RTX 30xx on), fp32 elsewhere, older GPUs included (V100, T4 and
+  RTX 20xx report bf16 support but emulate it; fp16 with a loss scaler is not built);
+  ``bf16`` forces autocast (fast on CPUs with AVX512-BF16/AMX; without them torch emulates
+  bf16 matrix products, many times slower than fp32, and a warning says so). Weights,
+  optimizer state and the objectives stay fp32 in every mode (objectives switch autocast off
+  and upcast their inputs themselves);
 - pinned host buffers and non-blocking host-to-device copies on CUDA only;
-- compile ``auto``: CUDA graphs (``reduce-overhead``) for one process on a GPU, eager
-  elsewhere (``resolve_compile``); with graphs the unpadded forward packs each step into one
-  of a few fixed shapes (``fixed_shapes``: the layout padded to ``max_seq_length``, the packed
-  rows rounded up to a multiple of ``GRAPH_ROWS_MULTIPLE``).
+- compile ``auto`` (``resolve_compile``): only what a GPU has measured, the padded forward
+  under CUDA graphs for one GPU process without gradient accumulation or
+  ``embedding_chunk_size``, eager elsewhere; an explicit ``reduce-overhead`` with the unpadded
+  forward packs each step into one of a few fixed shapes (``fixed_shapes``: the layout padded
+  to ``max_seq_length``, the packed rows rounded up to a multiple of ``GRAPH_ROWS_MULTIPLE``).
 """
 
 from __future__ import annotations
 
 import warnings
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -30,9 +33,25 @@ CompileMode = bool | Literal["reduce-overhead"]
 # Packed rows of the unpadded forward under CUDA graphs come in multiples of this: one graph per
 # bucket (BERT-base, batch 64 x 2 views at length 32: at most 16 buckets and the full layout).
 GRAPH_ROWS_MULTIPLE = 256
+# Whether ``compile: auto`` runs CUDA graphs over the unpadded forward (with ``unpad: true``).
+# False: the padded forward, the only graphs a GPU has run (docs/training.md); the bucketed
+# unpadded graphs stay opt-in until a GPU has measured them.
+AUTO_GRAPHS_UNPADDED = False
+# GPUs from this compute capability on compute bf16 natively (Ampere); older ones emulate it.
+NATIVE_BF16_CAPABILITY = (8, 0)
 
 # Named phases of a step for torch.profiler (benchmarks/train_overhead.py); ~1 us each otherwise.
 phase = torch.profiler.record_function
+
+
+@dataclass(frozen=True)
+class CompileChoice:
+    """``train.compile`` resolved on a device: the mode, whether the training forward is the
+    unpadded one, and why (config.json's ``execution``, ``cse status``)."""
+
+    mode: CompileMode
+    unpad: bool
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,8 @@ class Runtime:
     # the backbone's Linear layers run on oneDNN in fp32 (cpu_linear.py): a CPU, not compiled
     onednn_linear: bool = False
     compile: CompileMode = False  # train.compile resolved (resolve_compile)
+    compile_reason: str = "eager: train.compile false"
+    unpad: bool = True  # whether the training forward is the unpadded one (resolve_compile)
 
     @property
     def precision(self) -> str:
@@ -85,17 +106,62 @@ class Runtime:
             tensor = tensor.pin_memory()
         return tensor.to(self.device, non_blocking=True)
 
+    def eager(self, reason: str) -> Runtime:
+        """This runtime as ``compile: false`` runs it (the forward stays as resolved):
+        ``reason`` says why."""
+        return replace(
+            self,
+            compile=False,
+            compile_reason=reason,
+            onednn_linear=_onednn_linear(self.device, compiled=False),
+        )
+
 
 def resolve_compile(
-    setting: CompileMode | Literal["auto"], device: torch.device, processes: int, chunked: bool
-) -> CompileMode:
-    """``train.compile`` on ``device``: ``auto`` is CUDA graphs (``reduce-overhead``) for one
-    process on a GPU, and eager on a CPU (inductor's compile time is not won back by a short CPU
-    run), with several processes (DDP's gradient hooks split a compiled forward's graph) and
-    with ``embedding_chunk_size`` (its replayed dropout masks need the trainer's own dropout)."""
+    setting: CompileMode | Literal["auto"],
+    device: torch.device,
+    *,
+    processes: int,
+    chunked: bool,
+    accumulation_steps: int,
+    unpad: bool,
+) -> CompileChoice:
+    """``train.compile`` on ``device`` (``unpad``: ``train.unpad``). ``auto`` takes only what a
+    GPU has measured: CUDA graphs over the padded forward for one GPU process (about twice the
+    eager rate, docs/benchmarks.md#training-on-gpu), eager on a CPU (inductor's compile time is not
+    won back by a short CPU run), with several processes (DDP's gradient hooks split a compiled
+    forward's graph), with ``embedding_chunk_size`` (its replayed dropout masks need the
+    trainer's own dropout) and with gradient accumulation (a graph's replay reuses the memory
+    that the previous micro-batch's gradients live in). An explicit setting is taken as it is."""
     if setting != "auto":
-        return setting
-    return "reduce-overhead" if device.type == "cuda" and processes == 1 and not chunked else False
+        label = (
+            "CUDA graphs" if setting == "reduce-overhead" else "compiled" if setting else "eager"
+        )
+        return CompileChoice(setting, unpad, f"{label}: train.compile {str(setting).lower()}")
+    for eager, why in (
+        (device.type != "cuda", "CPU"),
+        (processes > 1, "several processes (DDP)"),
+        (chunked, "embedding_chunk_size"),
+        (accumulation_steps > 1, "gradient accumulation"),
+    ):
+        if eager:
+            return CompileChoice(False, unpad, f"eager: {why}")
+    graphs_unpadded = unpad and AUTO_GRAPHS_UNPADDED
+    forward = "unpadded" if graphs_unpadded else "padded (measured)"
+    return CompileChoice(
+        "reduce-overhead", graphs_unpadded, f"CUDA graphs, {forward}: one GPU process"
+    )
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``train.precision`` on ``device``: ``auto`` is bf16 on a GPU that computes it natively
+    (``NATIVE_BF16_CAPABILITY``), fp32 elsewhere (the project measures no fp16 path)."""
+    if precision != "auto":
+        return precision
+    native = device.type == "cuda" and (
+        torch.cuda.get_device_capability(device) >= NATIVE_BF16_CAPABILITY
+    )
+    return "bf16" if native else "fp32"
 
 
 def resolve_runtime(
@@ -106,17 +172,20 @@ def resolve_runtime(
     *,
     processes: int = 1,
     chunked: bool = False,
+    accumulation_steps: int = 1,
+    unpad: bool = True,
 ) -> Runtime:
     """``device`` in {auto, cpu, cuda}, ``precision`` in {auto, fp32, bf16} (params.yaml);
     ``compile``: ``train.compile`` (resolved here; compiled, the compiler computes the Linear
-    layers); ``processes``, ``chunked``: what ``resolve_compile`` reads."""
+    layers); ``processes``, ``chunked``, ``accumulation_steps``, ``unpad``: what
+    ``resolve_compile`` reads."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise StageError("train.device is 'cuda' but no CUDA device is available")
     on_gpu = device == "cuda"
-    if precision == "auto":
-        precision = "bf16" if on_gpu and torch.cuda.is_bf16_supported() else "fp32"
+    where = torch.device(device, local_rank) if on_gpu else torch.device("cpu")
+    precision = resolve_precision(precision, where)
     if precision == "bf16" and not on_gpu and not cpu_has_bf16_units():
         warnings.warn(
             "train.precision is 'bf16' on a CPU without bf16 matrix units (AVX512-BF16 or AMX): "
@@ -124,15 +193,28 @@ def resolve_runtime(
             "here (about 11x on a 2-core AVX2 machine); fp32 ('auto') is faster",
             stacklevel=2,
         )
-    where = torch.device(device, local_rank) if on_gpu else torch.device("cpu")
-    compiled = resolve_compile(compile, where, processes, chunked)
+    choice = resolve_compile(
+        compile,
+        where,
+        processes=processes,
+        chunked=chunked,
+        accumulation_steps=accumulation_steps,
+        unpad=unpad,
+    )
     return Runtime(
         device=where,
         autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
         pin_memory=on_gpu,
-        onednn_linear=not on_gpu and not compiled and onednn_linear_available(),
-        compile=compiled,
+        onednn_linear=_onednn_linear(where, compiled=bool(choice.mode)),
+        compile=choice.mode,
+        compile_reason=choice.reason,
+        unpad=choice.unpad,
     )
+
+
+def _onednn_linear(device: torch.device, *, compiled: bool) -> bool:
+    """Whether the Linear layers run on oneDNN (cpu_linear.py): eager on a CPU that has it."""
+    return device.type == "cpu" and not compiled and onednn_linear_available()
 
 
 def cpu_has_bf16_units() -> bool:

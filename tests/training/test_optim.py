@@ -179,6 +179,7 @@ def test_runtime_on_a_gpu_machine_uses_bf16_and_pinned_copies(
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     gpu = resolve_runtime("auto", "auto", local_rank=1)
     assert gpu.device == torch.device("cuda", 1)
     assert (gpu.autocast_dtype, gpu.pin_memory) == (torch.bfloat16, True)

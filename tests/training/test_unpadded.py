@@ -27,7 +27,7 @@ from stages.modeling.unpadded import (
 from stages.training.batch import make_batch
 from stages.training.contrastive_model import ContrastiveModel
 from stages.training.data import BatchPlan, TokenRows
-from stages.training.runtime import GRAPH_ROWS_MULTIPLE, resolve_compile, resolve_runtime
+from stages.training.runtime import GRAPH_ROWS_MULTIPLE, resolve_runtime
 
 
 def encoder(family: str, tokenizer, implementation: str = "sdpa", dropout: float = 0.0):
@@ -411,17 +411,6 @@ def test_the_trainer_rounds_packings_where_onednn_computes_the_products() -> Non
         batch = make_batch(rows, plan, None, 0, 0, 0, runtime, unpad=True, max_length=12)
         assert batch.packing.tokens == tokens
         assert batch.ids.shape == (8, 12 if compiled == "reduce-overhead" else 10)
-
-
-def test_compile_auto_is_cuda_graphs_for_one_gpu_process_and_eager_elsewhere() -> None:
-    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
-    assert resolve_compile("auto", gpu, processes=1, chunked=False) == "reduce-overhead"
-    assert resolve_compile("auto", cpu, processes=1, chunked=False) is False
-    assert resolve_compile("auto", gpu, processes=2, chunked=False) is False
-    assert resolve_compile("auto", gpu, processes=1, chunked=True) is False
-    for setting in (False, True, "reduce-overhead"):
-        assert resolve_compile(setting, cpu, processes=2, chunked=True) == setting
-    assert resolve_runtime("cpu", "fp32").compile is False  # auto on this machine
 
 
 def test_bucketed_packings_come_in_a_few_shapes_whatever_the_batch() -> None:

@@ -115,13 +115,21 @@ def status_rows(plan: Plan) -> list[dict[str, str]]:
         done = {stage: output_state(plan, stage, experiment) for stage in outputs}
         state = run_state(run) if run else "n/a (baseline)"
         environment = (
-            environment_summary(read_config(run.run_dir)) if run and state.startswith("yes") else ""
+            run_environment(read_config(run.run_dir)) if run and state.startswith("yes") else ""
         )
         rows.append(
             {"experiment": name, "run_id": run.run_id if run else "-", "run stored": state,
              "train": "n/a", **done, "environment": environment}
         )  # fmt: skip
     return rows
+
+
+def run_environment(config: dict[str, Any] | None) -> str:
+    """``environment_summary`` of a run's config.json, and why its forward ran as it did
+    (``execution.compile_reason``: what ``compile: auto`` resolved to, a fallback to eager)."""
+    summary = environment_summary(config)
+    reason = (config or {}).get("execution", {}).get("compile_reason")
+    return f"{summary} ({reason})" if reason else summary
 
 
 def output_state(plan: Plan, stage: str, experiment: Experiment) -> str:

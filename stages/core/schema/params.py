@@ -192,16 +192,20 @@ class TrainParams(Section):
     log_steps: PositiveInt = 10
     sam: SamParams = SamParams()
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 autocast on GPU, fp32 on CPU; objectives always in fp32"
+        "auto",
+        description="auto: bf16 autocast on a GPU that computes bf16 natively (compute "
+        "capability 8.0 on: A100, H100, RTX 30xx), fp32 elsewhere (CPU, V100, T4, RTX 20xx); "
+        "objectives always in fp32",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     compile: Annotated[Literal["auto", False, True, "reduce-overhead"], NotANumber] = Field(
         "auto",
-        description="auto: reduce-overhead for one process on a GPU, false otherwise "
-        "(config.json records what it resolved to); true: the training forward under "
-        "torch.compile(dynamic=True); reduce-overhead: also replayed as CUDA graphs, one launch "
-        "for a step's kernels (unpadded: each step packed into one of a few fixed shapes); "
-        "not part of the run id",
+        description="auto: CUDA graphs over the padded forward for one GPU process without "
+        "gradient accumulation or embedding_chunk_size, false otherwise, and false if compiling "
+        "fails (config.json records what it resolved to and why); true: the training forward "
+        "under torch.compile(dynamic=True); reduce-overhead: also replayed as CUDA graphs, one "
+        "launch for a step's kernels (unpad: each step packed into one of a few fixed shapes, "
+        "unmeasured on a GPU); not part of the run id",
     )
     unpad: StrictBool = Field(
         True,
@@ -269,6 +273,17 @@ class TrainParams(Section):
             raise ValueError(
                 "embedding_chunk_size already keeps only one chunk's activations; set "
                 "gradient_checkpointing: false with it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _accumulation_runs_eagerly(self) -> Self:
+        if self.gradient_accumulation_steps > 1 and self.compile not in (False, "auto"):
+            raise ValueError(
+                f"compile: {str(self.compile).lower()} with gradient_accumulation_steps: "
+                f"{self.gradient_accumulation_steps}: a CUDA graph's replay reuses the memory the "
+                "previous micro-batch's gradients live in, and no compiled run has accumulated "
+                "gradients; set compile: auto (eager with accumulation) or false"
             )
         return self
 
