@@ -125,6 +125,7 @@ def resolve_compile(
     chunked: bool,
     accumulation_steps: int,
     unpad: bool,
+    unmeasured: tuple[str, ...] = (),
 ) -> CompileChoice:
     """``train.compile`` on ``device`` (``unpad``: ``train.unpad``). ``auto`` takes only what a
     GPU has measured: CUDA graphs over the padded forward for one GPU process (about twice the
@@ -132,7 +133,9 @@ def resolve_compile(
     won back by a short CPU run), with several processes (DDP's gradient hooks split a compiled
     forward's graph), with ``embedding_chunk_size`` (its replayed dropout masks need the
     trainer's own dropout) and with gradient accumulation (a graph's replay reuses the memory
-    that the previous micro-batch's gradients live in). An explicit setting is taken as it is."""
+    that the previous micro-batch's gradients live in), and where the step has a part that no GPU
+    has run under graphs (``unmeasured``: ``unmeasured_under_graphs``). An explicit setting is
+    taken as it is."""
     if setting != "auto":
         label = (
             "CUDA graphs" if setting == "reduce-overhead" else "compiled" if setting else "eager"
@@ -143,6 +146,7 @@ def resolve_compile(
         (processes > 1, "several processes (DDP)"),
         (chunked, "embedding_chunk_size"),
         (accumulation_steps > 1, "gradient accumulation"),
+        (bool(unmeasured), f"{', '.join(unmeasured)} (unmeasured under CUDA graphs)"),
     ):
         if eager:
             return CompileChoice(False, unpad, f"eager: {why}")
@@ -151,6 +155,21 @@ def resolve_compile(
     return CompileChoice(
         "reduce-overhead", graphs_unpadded, f"CUDA graphs, {forward}: one GPU process"
     )
+
+
+def unmeasured_under_graphs(
+    *, sam: bool, triplets: bool, gradient_checkpointing: bool
+) -> tuple[str, ...]:
+    """The parts of a step that no GPU has run under CUDA graphs: the measured step is one
+    forward and backward of the two views (SimCSE's, docs/benchmarks.md). SAM runs a second
+    forward and backward through the same graphs, ArcCSE's triplet branch a second forward of
+    other shapes, gradient checkpointing a recomputed forward inside the backward."""
+    parts = (
+        ("SAM", sam),
+        ("the triplet branch", triplets),
+        ("gradient checkpointing", gradient_checkpointing),
+    )
+    return tuple(name for name, used in parts if used)
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -174,10 +193,11 @@ def resolve_runtime(
     chunked: bool = False,
     accumulation_steps: int = 1,
     unpad: bool = True,
+    unmeasured: tuple[str, ...] = (),
 ) -> Runtime:
     """``device`` in {auto, cpu, cuda}, ``precision`` in {auto, fp32, bf16} (params.yaml);
     ``compile``: ``train.compile`` (resolved here; compiled, the compiler computes the Linear
-    layers); ``processes``, ``chunked``, ``accumulation_steps``, ``unpad``: what
+    layers); ``processes``, ``chunked``, ``accumulation_steps``, ``unpad``, ``unmeasured``: what
     ``resolve_compile`` reads."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -200,6 +220,7 @@ def resolve_runtime(
         chunked=chunked,
         accumulation_steps=accumulation_steps,
         unpad=unpad,
+        unmeasured=unmeasured,
     )
     return Runtime(
         device=where,

@@ -30,7 +30,12 @@ from stages.modeling import unpadded
 from stages.training import runtime
 from stages.training.compile_watch import first_compiled_step
 from stages.training.loop import train
-from stages.training.runtime import CompileChoice, resolve_compile, resolve_runtime
+from stages.training.runtime import (
+    CompileChoice,
+    resolve_compile,
+    resolve_runtime,
+    unmeasured_under_graphs,
+)
 
 GPU, CPU = torch.device("cuda", 0), torch.device("cpu")
 ONE_GPU_PROCESS = {"processes": 1, "chunked": False, "accumulation_steps": 1, "unpad": True}
@@ -137,8 +142,15 @@ GRAPHS = CompileChoice("reduce-overhead", False, "CUDA graphs, padded (measured)
             {"accumulation_steps": 2},
             CompileChoice(False, True, "eager: gradient accumulation"),
         ),
+        (
+            GPU,
+            {"unmeasured": ("SAM", "the triplet branch")},
+            CompileChoice(
+                False, True, "eager: SAM, the triplet branch (unmeasured under CUDA graphs)"
+            ),
+        ),
     ],
-    ids=["one-gpu", "one-gpu-padded", "cpu", "ddp", "chunked", "accumulation"],
+    ids=["one-gpu", "one-gpu-padded", "cpu", "ddp", "chunked", "accumulation", "unmeasured"],
 )
 def test_compile_auto_takes_only_what_a_gpu_has_measured(
     device: torch.device, changed: dict[str, Any], expected: CompileChoice
@@ -146,6 +158,17 @@ def test_compile_auto_takes_only_what_a_gpu_has_measured(
     """Padded CUDA graphs (the only graphs a GPU has run) where they are safe, eager elsewhere;
     the forward is padded under auto's graphs although ``unpad`` defaults to true."""
     assert resolve_compile("auto", device, **{**ONE_GPU_PROCESS, **changed}) == expected
+
+
+def test_graphs_are_unmeasured_for_sam_triplets_and_checkpointing() -> None:
+    """SimCSE's step is what a GPU measured under graphs; ArcCSE (SAM, triplets) and gradient
+    checkpointing run eager under auto until the device suite measures them."""
+    assert unmeasured_under_graphs(sam=False, triplets=False, gradient_checkpointing=False) == ()
+    assert unmeasured_under_graphs(sam=True, triplets=True, gradient_checkpointing=True) == (
+        "SAM",
+        "the triplet branch",
+        "gradient checkpointing",
+    )
 
 
 def test_an_explicit_compile_setting_is_taken_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
