@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -240,3 +241,12 @@ def test_the_report_depends_on_the_plan() -> None:
     params = parse_params(yaml.safe_load(yaml.safe_dump(WIDE_MATRIX)))
     (report,) = [job for job in build_jobs(plan_experiments(params)) if job.stage == "report"]
     assert {"experiments", "backbones", "baselines"} <= set(report.params)
+
+
+def test_the_tests_shell_out_to_the_running_interpreters_tools() -> None:
+    """conftest.py puts the running interpreter's folder first on PATH: `snakemake`, `dvc` and
+    the `python` of the stages' command lines are this environment's, however pytest started."""
+    here = Path(sys.executable).parent
+    for tool in ("snakemake", "dvc", "python"):
+        found = shutil.which(tool)
+        assert found is not None and Path(found).parent == here, tool
