@@ -61,8 +61,8 @@ def unread_params_change(params_file: str) -> str | None:
     if committed.returncode != 0 or committed.stdout == DEFAULT_PARAMS.read_bytes():
         return None
     return (
-        f"this experiment changed {DEFAULT_PARAMS}, which no stage reads: dvc.yaml runs "
-        f"{params_file} (`cse dvc --params {params_file}`). Set a value there with "
+        f"this experiment changed {DEFAULT_PARAMS}, which no stage reads: dvc.yaml's stages "
+        f"read {params_file} (`cse dvc --params {params_file}`). Set a value there with "
         f"`dvc exp run -S {params_file}:KEY=VALUE` (-S without a file name writes "
         f"{DEFAULT_PARAMS}), and revert {DEFAULT_PARAMS}"
     )

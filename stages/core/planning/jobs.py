@@ -351,8 +351,9 @@ def code_stage(jobs: Sequence[Job], params_file: str) -> dict[str, Any]:
 
 def check_stage(params_file: str) -> dict[str, Any]:
     """DVC's ``check`` stage: reruns whenever the params file changes (an edit, a typo,
-    ``dvc exp run -S``) and on every machine it has not yet passed on; with another params
-    file, also when params.yaml changes, which is where ``dvc exp run -S KEY=VALUE`` writes."""
+    ``dvc exp run -S``), and until it has passed once (a refusal records nothing in dvc.lock);
+    with another params file, also when params.yaml changes, where ``dvc exp run -S KEY=VALUE``
+    writes."""
     return {
         "cmd": f"python -m stages.commands check{params_flag(params_file)}",
         "deps": list(dict.fromkeys([params_file, str(DEFAULT_PARAMS)])),
@@ -367,12 +368,12 @@ def dvc_yaml(jobs: Sequence[Job], params_file: str = str(DEFAULT_PARAMS)) -> str
     if any(job.code_modules for job in jobs):
         stages[CODE_STAGE] = code_stage(jobs, params_file)
         stages[CODE_STAGE]["deps"].insert(0, checked)
-    made = {out for job in jobs for out in job.outputs}
+    made_by_jobs = {out for job in jobs for out in job.outputs}
     for job in jobs:
         stage: dict[str, Any] = {"cmd": job.cmd}
         deps = (*job.deps, job.code_manifest) if job.code_manifest else job.deps
-        if not made.intersection(deps) and not job.code_manifest:
-            deps = (checked, *deps)
+        if not job.code_manifest and not made_by_jobs.intersection(deps):
+            deps = (checked, *deps)  # no stage upstream of it: after `check` through this file
         if deps:
             stage["deps"] = list(dict.fromkeys(deps))
         if job.params:
