@@ -69,11 +69,9 @@ def finished_workspace(root: Path, preset: str) -> None:
         sh(["snakemake", "--cores", "1", "--resources", "gpu=1", "--config", f"params={preset}"],
            root)  # fmt: skip
     sh([sys.executable, "-m", "stages.commands", "dvc", "--params", preset], root)
-    # what dvc.yaml's `code` stage writes (Snakemake does not need the manifests)
-    sh(
-        [sys.executable, "-m", "stages.commands", "code-manifests", "--params", preset],
-        root,
-    )
+    # what dvc.yaml's `check` and `code` stages write (Snakemake needs neither)
+    for command in ("check", "code-manifests"):
+        sh([sys.executable, "-m", "stages.commands", command, "--params", preset], root)
     sh(["dvc", "commit", "-f", "-q"], root)  # DVC records the finished outputs: no-op from here
     # dvc commit relinks cached outputs (new mtimes): tell Snakemake they are up to date again
     sh(["snakemake", "--cores", "1", "--touch", "--config", f"params={preset}"], root)

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from stages.core.identity.experiments import plan_experiments
-from stages.core.planning.jobs import CODE_STAGE, build_jobs, dvc_yaml
+from stages.core.planning.jobs import CHECK_STAGE, CODE_STAGE, PARAMS_CHECKED, build_jobs, dvc_yaml
 from stages.core.schema.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +85,8 @@ def snakemake_shape(root: Path) -> Shape:
 def dvc_shape(root: Path) -> Shape:
     """DVC's reading of dvc.yaml: outputs -> (command, data dependencies) of every job's stage,
     each of which depends on its job's code manifest; the `code` stage lists the source files
-    of all jobs and writes their manifests."""
+    of all jobs and writes their manifests; the `check` stage runs before all (the stages that
+    depend on no other stage's output depend on the file it writes)."""
     from dvc.repo import Repo
 
     jobs = {
@@ -93,9 +94,16 @@ def dvc_shape(root: Path) -> Shape:
     }
     with Repo(str(root)) as repo:
         shape: Shape = {}
+        checked = PARAMS_CHECKED.as_posix()
         for stage in repo.index.stages:
             files = [dep.def_path for dep in stage.deps if not hasattr(dep, "params")]
             outs = tuple(sorted(out.def_path for out in stage.outs))
+            if stage.name == CHECK_STAGE:
+                assert outs == (checked,)
+                continue
+            made_upstream = any(f != checked and not f.startswith("stages/") for f in files)
+            assert (checked in files) != made_upstream, stage.name
+            files = [f for f in files if f != checked]
             if stage.name == CODE_STAGE:
                 assert files == sorted({f for job in jobs.values() for f in job.code})
                 manifests = {job.code_manifest for job in jobs.values() if job.code_manifest}

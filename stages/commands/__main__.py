@@ -20,6 +20,11 @@ COMMANDS = {
     ),
     "dvc": ("pipeline", "dvc", "regenerate dvc.yaml after changing the experiment matrix"),
     "check-dvc": ("pipeline", "check-dvc", "fail if dvc.yaml is out of date with the params"),
+    "check": (
+        "pipeline",
+        "check",
+        "validate the params; refuse a GPU matrix without a GPU (DVC's first stage)",
+    ),
     "code-manifests": ("pipeline", "code-manifests", "write the stages' code manifests (DVC)"),
     "carry-over": (
         "carry_over",

@@ -1,5 +1,5 @@
 """The pipeline's commands on the job graph (``stages.core.planning``): ``cse status``,
-``estimates``, ``dvc``, ``check-dvc``, ``code-manifests``, ``adopt`` and ``docs``
+``estimates``, ``dvc``, ``check-dvc``, ``check``, ``code-manifests``, ``adopt`` and ``docs``
 (``stages/commands/__main__.py`` lists them). Torch-free: each answers in well under a second on a
 finished workspace.
 """
@@ -7,12 +7,15 @@ finished workspace.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from stages.core.identity.experiments import plan_experiments
-from stages.core.planning.cpu_guard import visible_gpus
+from stages.core.errors import StageError
+from stages.core.identity.experiments import Plan, plan_experiments
+from stages.core.planning.cpu_guard import cpu_guard, visible_gpus
 from stages.core.planning.estimates import (
     DEFAULT_GPU,
     GPU_KINDS,
@@ -21,7 +24,14 @@ from stages.core.planning.estimates import (
     format_dry_run,
     write_rates,
 )
-from stages.core.planning.jobs import DVC_YAML, build_jobs, check_dvc_yaml, code_manifests, dvc_yaml
+from stages.core.planning.jobs import (
+    DVC_YAML,
+    PARAMS_CHECKED,
+    build_jobs,
+    check_dvc_yaml,
+    code_manifests,
+    dvc_yaml,
+)
 from stages.core.planning.status import adopt_legacy_run, status_rows
 from stages.core.schema.evaluation_settings import with_evaluations_table
 from stages.core.schema.params import DEFAULT_PARAMS, load_params
@@ -38,11 +48,51 @@ def print_table(rows: list[dict[str, str]]) -> None:
         print("  ".join(r[h].ljust(widths[h]) for h in headers).rstrip())
 
 
+def unread_params_change(params_file: str) -> str | None:
+    """Why this experiment does nothing it was asked to: under ``dvc exp run`` (DVC sets
+    ``DVC_EXP_BASELINE_REV``) with stages that read another params file, params.yaml differs
+    from the experiment's baseline commit, as ``-S KEY=VALUE`` without a file name leaves it."""
+    baseline = os.environ.get("DVC_EXP_BASELINE_REV")
+    if not baseline or params_file == str(DEFAULT_PARAMS) or not DEFAULT_PARAMS.is_file():
+        return None
+    committed = subprocess.run(
+        ["git", "show", f"{baseline}:{DEFAULT_PARAMS}"], capture_output=True, check=False
+    )
+    if committed.returncode != 0 or committed.stdout == DEFAULT_PARAMS.read_bytes():
+        return None
+    return (
+        f"this experiment changed {DEFAULT_PARAMS}, which no stage reads: dvc.yaml's stages "
+        f"read {params_file} (`cse dvc --params {params_file}`). Set a value there with "
+        f"`dvc exp run -S {params_file}:KEY=VALUE` (-S without a file name writes "
+        f"{DEFAULT_PARAMS}), and revert {DEFAULT_PARAMS}"
+    )
+
+
+def check(plan: Plan, params_file: str) -> None:
+    """DVC's first stage (``stages.core.planning.jobs.check_stage``), given the valid params'
+    plan: the experiment changes the file the stages read, and the matrix may start here (the
+    GPU check of Snakemake's onstart); then the file every stage runs after."""
+    stop = unread_params_change(params_file) or cpu_guard(plan, params_file)
+    if stop:
+        raise StageError(stop)
+    write_text(PARAMS_CHECKED, f"{params_file}\n")
+    print(f"{params_file} is valid, and this machine may run its matrix")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="cse", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "command",
-        choices=("status", "estimates", "dvc", "check-dvc", "code-manifests", "adopt", "docs"),
+        choices=(
+            "status",
+            "estimates",
+            "dvc",
+            "check-dvc",
+            "check",
+            "code-manifests",
+            "adopt",
+            "docs",
+        ),
     )
     parser.add_argument("experiment", nargs="?", help="adopt: the experiment to adopt a run for")
     parser.add_argument("--params", default=str(DEFAULT_PARAMS))
@@ -84,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         jobs = build_jobs(plan, args.params)
         write_text(DVC_YAML, dvc_yaml(jobs, args.params))
         print(f"wrote {DVC_YAML} ({len(jobs)} stages)")
+    elif args.command == "check":
+        check(plan, args.params)
     elif args.command == "code-manifests":
         manifests = code_manifests(build_jobs(plan, args.params))
         for path, manifest in manifests.items():

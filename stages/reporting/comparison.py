@@ -8,7 +8,11 @@ what the seeds could detect (``power.py``) and a verdict (``verdict``). Fewer th
 seeds: the difference alone, no interval, no p-value, verdict "too few seeds".
 
 A run whose transfer score sits at its task's majority-class rate learned nothing (a collapsed
-encoder, ``tables.at_chance``): the row names such seeds on either side.
+encoder, ``tables.at_chance``): the row names such seeds on either side. Where neither side
+learned anything on any paired seed, no test speaks to the methods, and the verdict says so
+instead (``learned_nothing``): "collapsed" where both encoders map the STS-B dev sentences onto
+nearly one point (their uniformity), on both measures; "floor" on transfer where both sit at
+the majority-class rate of every transfer task.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from stages.core.schema.evaluation_settings import STSB_DEV_TASK
 from stages.reporting.order import sorted_names
 from stages.reporting.power import (
     ALPHA,
@@ -31,9 +36,19 @@ from stages.reporting.power import (
 from stages.reporting.significance import Test, paired_test
 from stages.reporting.tables import AT_CHANCE, CHANCE_POINTS, MISSING, Table, chance_scores, fmt
 
-MEASURES = (("STS_avg", "spearman", "STS avg"), ("TR_avg", "accuracy", "transfer avg"))
+TRANSFER_AVG = "TR_avg"
+MEASURES = (("STS_avg", "spearman", "STS avg"), (TRANSFER_AVG, "accuracy", "transfer avg"))
 BETTER, WORSE = "better", "worse"
 NO_DIFFERENCE, TOO_FEW = "no detectable difference", "too few seeds"
+COLLAPSED = "collapsed: neither side's embeddings spread apart"
+FLOOR = "floor: neither side above the majority class"
+# Uniformity (log of the mean of exp(-2 |x - y|^2) over the STS-B dev sentences' pairs, unit
+# vectors) at or above log 0.95: nearly every pair of sentences has nearly the same embedding, a
+# collapsed encoder. Identical embeddings give 0; embeddings spread uniformly over the sphere of a
+# wide encoder about -4.
+COLLAPSED_UNIFORMITY = math.log(0.95)
+Side = tuple[str, str]  # (method, backbone)
+SeedsOf = dict[Side, set[int]]
 SCHEMA = {
     "backbone": pl.String,
     "method": pl.String,
@@ -96,6 +111,52 @@ def verdict(
     return NO_DIFFERENCE
 
 
+def learned_nothing(
+    seeds: list[int], task: str, sides: tuple[Side, Side], collapsed: SeedsOf, at_floor: SeedsOf
+) -> str | None:
+    """``COLLAPSED`` when both sides (the method's and the baseline's (method, backbone)) have
+    encoders that collapsed (``collapsed_seeds``) on every paired seed; on transfer, ``FLOOR``
+    when both scored every transfer task at its majority-class rate (``floor_seeds``) on every
+    paired seed; else None: the paired test decides."""
+    paired = set(seeds)
+
+    def every_seed_of_both(found: SeedsOf) -> bool:
+        return bool(paired) and all(paired <= found.get(side, set()) for side in sides)
+
+    if every_seed_of_both(collapsed):
+        return COLLAPSED
+    if task == TRANSFER_AVG and every_seed_of_both(at_floor):
+        return FLOOR
+    return None
+
+
+def collapsed_seeds(runs: pl.DataFrame) -> SeedsOf:
+    """(method, backbone) -> the seeds whose STS-B dev uniformity says the encoder collapsed."""
+    collapsed = runs.filter(
+        pl.col("task") == STSB_DEV_TASK,
+        pl.col("metric") == "uniformity",
+        pl.col("value") >= COLLAPSED_UNIFORMITY,
+    )
+    found: SeedsOf = {}
+    for method, backbone, seed in collapsed.select("method", "backbone", "seed").rows():
+        found.setdefault((method, backbone), set()).add(seed)
+    return found
+
+
+def floor_seeds(runs: pl.DataFrame, majority: dict[str, float]) -> SeedsOf:
+    """(method, backbone) -> the seeds that scored every transfer task with a known
+    majority-class rate at that rate (``tables.at_chance``)."""
+    key = ["method", "backbone", "seed"]
+    scored = runs.filter(pl.col("metric") == "accuracy", pl.col("task").is_in(list(majority)))
+    tasks = scored.group_by(key).agg(pl.len().alias("tasks"))
+    at_chance = chance_scores(runs, majority).group_by(key).agg(pl.len().alias("at_chance"))
+    floor = tasks.join(at_chance, on=key).filter(pl.col("tasks") == pl.col("at_chance"))
+    found: SeedsOf = {}
+    for method, backbone, seed in floor.select(key).rows():
+        found.setdefault((method, backbone), set()).add(seed)
+    return found
+
+
 def _seeds(seeds: set[int]) -> str | None:
     return " ".join(str(s) for s in sorted(seeds)) or None
 
@@ -117,6 +178,8 @@ def compare(
     collapsed: dict[tuple[str, str], set[int]] = {}
     for r in chance_scores(runs, majority or {}).iter_rows(named=True):
         collapsed.setdefault((r["method"], r["backbone"]), set()).add(r["seed"])
+    geometry_collapsed = collapsed_seeds(runs)
+    at_floor = floor_seeds(runs, majority or {})
     for task, metric, label in MEASURES:
         part = runs.filter(pl.col("task") == task, pl.col("metric") == metric)
         for backbone in sorted(set(part["backbone"])):
@@ -138,6 +201,8 @@ def compare(
                 sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else None
                 detectable = detectable_difference(sd, len(diffs), test)
                 diff = float(np.mean(diffs)) if seeds else None
+                sides = ((method, backbone), (baseline, backbone))
+                nothing = learned_nothing(seeds, task, sides, geometry_collapsed, at_floor)
                 mean, std = _spread(list(ours.values()))
                 base_mean, base_std = _spread(list(base.values()))
                 rows.append(
@@ -162,7 +227,7 @@ def compare(
                         "detectable": detectable,
                         "min_effect": min_effect,
                         "seeds_needed": seeds_needed(min_effect, sd, test),
-                        "verdict": verdict(diff, p, detectable, min_effect),
+                        "verdict": nothing or verdict(diff, p, detectable, min_effect),
                         "collapsed_seeds": _seeds(collapsed.get((method, backbone), set())),
                         "baseline_collapsed_seeds": _seeds(
                             collapsed.get((baseline, backbone), set())
@@ -239,7 +304,12 @@ def comparison_table(comparison: pl.DataFrame, baseline: str | None) -> Table:
         f"{NO_DIFFERENCE}: it does not, and these seeds detect a difference of "
         f"report.min_effect = {effect} points; {TOO_FEW}: fewer than two paired seeds, or "
         "(underpowered) the detectable difference exceeds min_effect, so 'not significant' "
-        "does not rule out a difference of that size. Detectable difference: the smallest true "
+        "does not rule out a difference of that size; before any of these, where neither side "
+        "learned anything on any paired seed: collapsed: both encoders' STS-B dev uniformity "
+        f"is at least {COLLAPSED_UNIFORMITY:.3f} (log 0.95: the sentences' embeddings nearly "
+        f"coincide); floor (transfer): both sides score every transfer task within "
+        f"{CHANCE_POINTS} points of its majority-class rate or below. Detectable difference: "
+        "the smallest true "
         f"difference these seeds detect with power {POWER} at alpha {ALPHA} (paired t-test "
         "power, noncentral t, from the std of the paired differences); seeds to detect: the "
         "paired seeds that detect min_effect at that std. Difference: mean over the paired "

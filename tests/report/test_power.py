@@ -16,6 +16,9 @@ from scipy import stats
 from stages.reporting.collect import RESULT_SCHEMA
 from stages.reporting.comparison import (
     BETTER,
+    COLLAPSED,
+    COLLAPSED_UNIFORMITY,
+    FLOOR,
     NO_DIFFERENCE,
     TOO_FEW,
     WORSE,
@@ -231,3 +234,97 @@ def test_a_collapsed_seed_is_named_in_the_summary() -> None:
     assert "majority-class rate" in table.note
     plain = compare(results, "simcse", min_effect=0.5)
     assert plain["collapsed_seeds"].to_list() == [None, None]
+
+
+MAJORITY = {"MR": 50.0, "CR": 63.76}
+
+
+def transfer(method: str, mr: dict[int, float], cr: dict[int, float]) -> list[dict]:
+    """A side's MR and CR accuracies per seed and their average, as SentEval reports them."""
+    average = {seed: (mr[seed] + cr[seed]) / 2 for seed in mr}
+    return [
+        *rows(method, mr, "MR", "accuracy"),
+        *rows(method, cr, "CR", "accuracy"),
+        *rows(method, average, "TR_avg", "accuracy"),
+    ]
+
+
+def test_two_sides_at_the_majority_class_read_as_floor_not_as_a_powered_null() -> None:
+    """Both sides at every transfer task's majority-class rate on every seed: their difference
+    is 0.00 [0.00, 0.00] with a detectable difference of 0.00, which the paired test calls
+    "no detectable difference"; the verdict says neither learned anything. One side above it
+    on one seed is a comparison again."""
+    seeds = (1, 2, 3)
+    chance = {s: 50.0 for s in seeds}, {s: 63.76 for s in seeds}
+    sts = rows("simcse", {1: 30.0, 2: 31.0, 3: 29.0}), rows("m", {1: 31.0, 2: 32.1, 3: 29.9})
+    floor = compare(
+        frame(*sts, transfer("simcse", *chance), transfer("m", *chance)),
+        "simcse",
+        min_effect=0.5,
+        majority=MAJORITY,
+    )
+    verdicts = dict(floor.select("measure", "verdict").rows())
+    assert verdicts == {"STS avg": BETTER, "transfer avg": FLOOR}
+    row = floor.filter(measure="transfer avg").row(0, named=True)
+    assert (row["diff"], row["detectable"]) == (0.0, 0.0)  # what read as a powered null
+    assert verdict(row["diff"], row["p_value"], row["detectable"], 0.5) == NO_DIFFERENCE
+    table = comparison_table(floor, "simcse")
+    assert table.rows[1][3] == "floor: neither side above the majority class"
+    assert "floor (transfer)" in table.note and "majority-class rate" in table.note
+
+    learned = {1: 75.0, 2: 63.76, 3: 63.76}  # seed 1 above chance on CR: it learned something
+    one_side = compare(
+        frame(*sts, transfer("simcse", *chance), transfer("m", chance[0], learned)),
+        "simcse",
+        min_effect=0.5,
+        majority=MAJORITY,
+    )
+    assert one_side.filter(measure="transfer avg")["verdict"].item() == TOO_FEW
+    # without the rates (no SentEval data and none recorded) nothing is known to be at chance
+    unknown = compare(
+        frame(*sts, transfer("simcse", *chance), transfer("m", *chance)), "simcse", min_effect=0.5
+    )
+    assert unknown.filter(measure="transfer avg")["verdict"].item() == NO_DIFFERENCE
+
+
+def test_two_collapsed_encoders_read_as_collapsed_on_both_measures() -> None:
+    """Both sides' STS-B dev uniformity near 0 (every sentence embedded alike) on every paired
+    seed: "collapsed", even where the test finds a difference; a spread side, or a seed of
+    either side that spread, is a comparison again."""
+    seeds = (1, 2, 3)
+    base_sts = {1: 20.0, 2: 21.0, 3: 20.5}
+    sts = rows("simcse", base_sts), rows("m", {s: v + 3 + s / 10 for s, v in base_sts.items()})
+    tr = (
+        transfer("simcse", {s: 55.0 for s in seeds}, {s: 70.0 for s in seeds}),
+        transfer("m", {s: 56.0 + s / 10 for s in seeds}, {s: 71.0 for s in seeds}),
+    )
+
+    def uniformity(method: str, values: dict[int, float]) -> list[dict]:
+        return rows(method, values, "STSBenchmark_dev", "uniformity")
+
+    both = frame(
+        *sts,
+        *tr,
+        uniformity("simcse", {1: -0.01, 2: -0.0, 3: -0.04}),
+        uniformity("m", {1: -0.02, 2: -0.03, 3: -0.001}),
+    )
+    verdicts = compare(both, "simcse", min_effect=0.5, majority=MAJORITY)["verdict"].to_list()
+    assert verdicts == [COLLAPSED, COLLAPSED]
+    assert COLLAPSED == "collapsed: neither side's embeddings spread apart"
+    spread_seed = frame(
+        *sts,
+        *tr,
+        uniformity("simcse", {1: -0.01, 2: -0.0, 3: -0.04}),
+        uniformity("m", {1: -0.02, 2: -2.5, 3: -0.001}),  # seed 2 spread
+    )
+    verdicts = compare(spread_seed, "simcse", min_effect=0.5, majority=MAJORITY)["verdict"]
+    assert verdicts.to_list() == [BETTER, BETTER]
+    assert pytest.approx(math.log(0.95)) == COLLAPSED_UNIFORMITY
+    just_below = frame(
+        *sts,
+        *tr,
+        uniformity("simcse", {s: COLLAPSED_UNIFORMITY for s in seeds}),
+        uniformity("m", {s: COLLAPSED_UNIFORMITY - 1e-6 for s in seeds}),
+    )
+    verdicts = compare(just_below, "simcse", min_effect=0.5)["verdict"].to_list()
+    assert verdicts == [BETTER, BETTER]
