@@ -259,9 +259,10 @@ def test_a_smoke_run_never_writes_to_the_recorded_results(
 def test_the_smoke_run_compiles_the_graph_configs_and_writes_every_figure(
     tmp_path: Path,
 ) -> None:
-    """Every call's parts end to end on the CPU: tiny encoders, a few steps, the graph configs
-    and the compiled-vs-eager checks compiled by inductor (without CUDA graphs, which need
-    CUDA), ArcCSE at its preset's lengths, k = 1, 2, 4 processes, the peer, the checks."""
+    """Every call's parts end to end on the CPU: tiny encoders (but in the compiled-vs-eager
+    check), a few steps, the graph configs and the checks compiled by inductor (without CUDA
+    graphs, which need CUDA), ArcCSE at its preset's lengths, k = 1, 2, 4 processes, the peer,
+    gpu_checks."""
     out = tmp_path / "gpu_suite_smoke.json"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu_suite", "--smoke", "--out", str(out)],
@@ -272,8 +273,11 @@ def test_the_smoke_run_compiles_the_graph_configs_and_writes_every_figure(
         timeout=1500,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    record = json.loads(out.read_text())
+    assert_every_figure(json.loads(out.read_text()))
 
+
+def assert_every_figure(record: dict[str, Any]) -> None:
+    """What a smoke run's record must hold."""
     assert {"date", "commit", "machine", "load_average_before", "load_average_after"} <= set(
         record["meta"]
     )
@@ -303,6 +307,7 @@ def test_the_smoke_run_compiles_the_graph_configs_and_writes_every_figure(
         assert "error" not in check and check["passed"], check
         assert check["agreement"]["compile"] == "reduce-overhead"
         assert check["agreement"]["bound"] == gpu_checks.STEP_BOUNDS["fp32"]
+        assert check["encoder"] == gpu_checks.CHECK_SIZE.model_dump()
     assert checked["unpadded_graphs"]["agreement"]["unpadded"] is True
     assert checked["padded_graphs"]["agreement"]["unpadded"] is False
 
