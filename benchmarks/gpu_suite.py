@@ -941,7 +941,12 @@ def main() -> None:
         args.corpus = (
             wiki if wiki.is_file() else train_gpu.default_path("corpus/wiki1m_head_11913.txt")
         )
-    args.corpus = full_batches_corpus(args.corpus, BATCH, workdir)
+    if not args.corpus.is_file():
+        p.error(f"corpus {args.corpus}: no such file (--corpus, or CSE_DATA_DIR's corpus/)")
+    try:
+        args.corpus = full_batches_corpus(args.corpus, BATCH, workdir)
+    except ValueError as err:
+        p.error(str(err))
     args.senteval = args.senteval or train_gpu.default_path("senteval")
     device = torch.cuda.get_device_name() if on_cuda(args) else "cpu"
     if args.out is None:

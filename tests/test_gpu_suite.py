@@ -255,6 +255,22 @@ def test_a_smoke_run_never_writes_to_the_recorded_results(
     assert raised.value.code == 2 and not out.exists()
 
 
+@pytest.mark.parametrize("lines", [None, 10])
+def test_a_corpus_that_makes_no_full_batch_is_refused_in_one_line(
+    lines: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    corpus = tmp_path / "corpus.txt"
+    if lines:
+        corpus.write_text("a sentence\n" * lines)
+    argv = ["gpu_suite", "--smoke", "--corpus", str(corpus), "--out", str(tmp_path / "s.json")]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as raised:
+        gpu_suite.main()
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert raised.value.code == 2 and str(corpus) in message
+    assert ("no such file" if lines is None else "10 lines make no full batch of 64") in message
+
+
 @pytest.mark.slow
 def test_the_smoke_run_compiles_the_graph_configs_and_writes_every_figure(
     tmp_path: Path,
