@@ -1,27 +1,36 @@
-"""One prepared device suite (issue 42): the GPU figures of a lent H100 or H200, in one command
-that fits 8 minutes, written to one JSON.
+"""One prepared device suite (issues 42, 52): the GPU figures of a lent H100 or H200, in calls
+that each fit 8 minutes, each written to one JSON as it goes.
 
-    python -m benchmarks.gpu_suite                 # on the GPU: results/gpu_suite_<gpu>.json
-    python -m benchmarks.gpu_suite --smoke --out /tmp/gpu_suite_smoke.json  # on a CPU: a check
+    python -m benchmarks.gpu_suite                 # call 1 on the GPU: results/gpu_suite_<gpu>.json
+    python -m benchmarks.gpu_suite --call 2        # then 2 and 3: gpu_suite_<gpu>_call<N>.json
+    python -m benchmarks.gpu_suite --smoke --out /tmp/gpu_suite_smoke.json  # every part, on a CPU
 
 The stage's trainer, through benchmarks/train_gpu.py's runs, on randomly initialised encoders of
 BERT-base's and BERT-large's sizes, batch 64, max length 32, STS-B dev every 125 steps, every
-other setting params.yaml's (precision auto: bf16 on the GPU):
+other setting params.yaml's (precision auto: bf16 on the GPU), on a corpus of full batches (the
+sample's lines cut to a multiple of 64: no short last batch, a new shape for CUDA graphs, falls
+in a timed window):
 
-- ``default``: params.yaml's train settings as they stand (compile auto: CUDA graphs for one
-  process on a GPU, eager on a CPU); the settings the trainer resolved them to are recorded
-  from its config.json's execution record (``execution``);
+- ``default``: params.yaml's train settings as they stand; the settings the trainer resolved
+  them to are recorded from its config.json's execution record (``execution``);
 - ``unpadded_graphs``: ``compile: reduce-overhead``, ``unpad: true`` (each step packed into one
-  of a few fixed token-count buckets); where the default resolved to these very settings, its
-  run stands for this one (``same_as``) rather than being timed twice;
-- ``padded_graphs``: ``compile: reduce-overhead``, ``unpad: false``;
+  of a few fixed token-count buckets); ``padded_graphs``: ``compile: reduce-overhead``,
+  ``unpad: false``. Where the default resolved to a config's very settings, its run stands for
+  that config (``same_as``) rather than being timed twice;
+- ``compiled_vs_eager``: for each graph config, gpu_checks.compiled_step_check: the compiled
+  step's loss and gradients against the eager step's on one batch (dropout off, within the
+  precision's bound), and two replays with dropout on drawing different masks;
+- ``arccse``: ArcCSE at presets/arccse.yaml's settings for BERT-base (max_seq_length 512, the
+  triplet stream at up to 512 tokens, SAM, length-grouped batches; triplets made from the
+  corpus with the preset's masking), ``default`` as the preset states it and
+  ``accumulation``: presets/arccse_ablation.yaml's arccse-bs32-acc2 (batch 32, 2 micro-batches
+  per update), both with ``compile: auto`` as resolved (recorded in ``execution``);
+- ``peer`` (BERT-base): sentence-transformers' trainer (train_gpu.py's peer) in the same
+  precision, on the same corpus, at the same batch, training only;
 - ``sharing`` (BERT-base): k = 1, 2 and 4 training processes on the one device at once, at the
   default settings, each a process of its own as the pipeline's jobs are: past its warm-up
   steps each waits at a file barrier, so that the k steady phases start together; each run's
-  rate and their sum are taken over the window where all k train (from the barrier to the
-  first run's last step);
-- ``peer`` (BERT-base): sentence-transformers' trainer (train_gpu.py's peer) in the same
-  precision, on the same corpus, at the same batch, training only;
+  rate and their sum are taken over the window where all k train;
 - then benchmarks/gpu_checks.py's checks of the unpadded forward on the device.
 
 Rates are steady: the interval between the ends of consecutive steps after the warm-up steps,
@@ -29,21 +38,24 @@ whose time (process start, model, compilation, CUDA graph recording) is recorded
 (``warmup_s``). ``steady_steps_per_s`` includes the dev evaluations (the protocol's rate);
 ``training_steps_per_s`` leaves out the intervals that hold one.
 
-``ratios`` (BERT-base, the issue's targets): ``default_steps_per_s``; the best single run's rate
-and its config; ``sharing_summed_over_single`` (k runs' summed rate over one run's, per k);
-``ours_over_peer`` (the default config's training rate over the peer's; ``..._with_dev``: ours
-with its dev evaluations). ``by_size`` holds the same per size, where measured.
+``decision`` is the reading that decides the default: whether the unpadded graphs are to
+replace the padded ones (``train.compile: auto``'s choice on one GPU), i.e. the unpadded
+graphs' training steps/s over the padded graphs' (BERT-base) and whether both compiled steps
+agree with the eager step. ``ratios`` (BERT-base): the default's steps/s, the best single run's,
+the k runs' summed rate over one run's, ours over the peer; ``by_size`` the same per size.
 
-Time: ``PLAN`` gives every part's steps and its planned seconds on one H100, 8 minutes in all
-(``BUDGET_S``); a part that would end past ``--limit-s`` (9 minutes: the device's command limit
-is 10) is skipped and listed in ``skipped``. Each part's spent seconds are recorded (``budget``).
-A part that fails is recorded with its error and the suite goes on; the exit status is then 1,
-as it is when a check fails.
+Time: ``PLAN`` gives every part, its call, its steps and its planned seconds on one H100, from
+the measured ~65 s of a padded-graph compile of BERT-base (``COMPILE_S``); each call's plan,
+the carried wheels' installation included, fits 8 minutes (``BUDGET_S``); a part that would
+end past ``--limit-s`` (9 minutes: the device's command limit is 10) is skipped and listed in
+``skipped``. The JSON is written (atomically) after every part, with ``finished: false`` until
+the last: a call killed midway keeps every part it finished. A part that fails is recorded with
+its error and the suite goes on; the exit status is then 1, as it is when a check fails.
 
-``--smoke``: the whole suite on the CPU in about a minute: tiny encoders, a few steps; a graph
-config runs eager there (``ran_eager``: CUDA graphs need CUDA, and inductor's compilation costs
-about a minute a config on 2 cores), recorded with the settings it stands for. Its JSON has the
-same shape and never goes to benchmarks/results/.
+``--smoke``: every call's parts on the CPU: tiny encoders, a few steps; the graph configs
+compile for real under inductor (``torch.compile`` with ``mode="reduce-overhead"`` compiles as
+on a GPU and runs without CUDA graphs, which need CUDA: ``cuda_graphs`` says where they ran).
+Its JSON has the same shape and never goes to benchmarks/results/.
 
 On the device the suite needs the corpus and STS-B dev (``CSE_DATA_DIR``) and, where the image
 lacks them, the packages the peer and the pipeline's code import, carried as wheels:
@@ -75,7 +87,15 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import gpu_checks, harness, train_gpu
-from stages.core.schema.params import BackboneParams, load_params
+from stages.core.schema.params import BackboneParams, TrainParams, load_params
+from stages.core.storage.run_folders import CONFIG_FILE
+from stages.masked_triplets.file_format import write_triplets
+from stages.masked_triplets.masking import MaskingTokenizer, generate_triplets
+from stages.modeling.backbone import load_tokenizer
+from stages.objectives.registry import build_objective
+from stages.training import loop
+from stages.training.data import read_corpus
+from stages.training.job import standalone_run
 from stages.training.run_folder import stsb_dev_evaluator
 
 BATCH = 64
@@ -83,14 +103,20 @@ EVAL_STEPS = 125
 WARMUP_STEPS = 25  # left out of the steady rates: allocation, compilation, graph recording
 SIZES = ("base", "large")
 KS = (1, 2, 4)
-SHARING_SIZE = PEER_SIZE = "base"
+SHARING_SIZE = PEER_SIZE = DECISION_SIZE = "base"
 # The settings each config sets over params.yaml's train section ("default": none).
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "unpadded_graphs": {"compile": "reduce-overhead", "unpad": True},
     "padded_graphs": {"compile": "reduce-overhead", "unpad": False},
 }
-# params.yaml's train settings that the benchmark sets itself (the protocol and the run length)
+GRAPH_CONFIGS = ("unpadded_graphs", "padded_graphs")
+# ArcCSE's configs: (preset, method), resolved for BERT-base.
+ARCCSE_CONFIGS = {
+    "default": ("presets/arccse.yaml", "arccse"),
+    "accumulation": ("presets/arccse_ablation.yaml", "arccse-bs32-acc2"),
+}
+# The train settings every run's protocol sets (the rest are params.yaml's or the preset's).
 PROTOCOL_KEYS = (
     "batch_size", "max_seq_length", "epochs", "max_steps", "eval_steps", "checkpoint_steps",
     "log_steps",
@@ -102,18 +128,21 @@ BARRIER_TIMEOUT_S = 600
 # The time budget
 
 
-BUDGET_S = 8 * 60  # the whole suite on one H100, from the command to the written JSON
+BUDGET_S = 8 * 60  # a whole device call, the wheels' installation included
 LIMIT_S = 9 * 60  # a part that would end past this is skipped: the device's command limit is 10
-START_S = 20  # interpreter, imports, tokenizing the corpus
+INSTALL_S = 20  # pip installing the carried wheels, before the suite starts
+START_S = 25  # interpreter, imports, the corpus cut to full batches and tokenised, triplets
+COMPILE_S = 65  # measured: BERT-base's training step compiled for padded CUDA graphs (issue 52)
 
 
 @dataclass(frozen=True)
 class Part:
-    """A part of the suite and its plan on one H100: ``steps`` (per process), the steady rate
-    expected of them, and ``warmup_s``, the seconds before the steady rate (process start,
-    model, compilation, CUDA graph recording; a warm inductor cache shortens a repeat)."""
+    """A part of the suite, the device call it belongs to, and its plan on one H100: ``steps``
+    (per process), the steady rate expected of them, and ``warmup_s``, the seconds before the
+    steady rate (process start, model, compilation, CUDA graph recording)."""
 
     name: str
+    call: int
     steps: int
     steps_per_s: float
     warmup_s: float
@@ -123,43 +152,55 @@ class Part:
         return self.warmup_s + (self.steps / self.steps_per_s if self.steps else 0.0)
 
 
-# Expected rates from the recorded H100/H200 runs (docs/benchmarks.md, "Training on GPU": 53.7
-# steps/s with graphs, 22 eager, peer 16.8); BERT-large's from its ~3x FLOPs. Compilation
-# times are estimates until a device run records them (each config's warmup_s). Steps: enough
-# for 2-3 dev evaluations after the warm-up. The unpadded_graphs parts are planned as the
-# default's run (same_as), which they are where the default resolves to CUDA graphs.
+# Rates from the recorded H100/H200 runs (docs/benchmarks.md, "Training on GPU": 53.7 steps/s
+# with padded graphs, 22 eager, peer 16.8); BERT-large's from its ~3x FLOPs, its compile from
+# its 2x layers; ArcCSE's (SAM's two passes over 64 pairs and 64 triplets of up to 512 tokens)
+# and the 2-layer checks' compiles are estimates until a device run records them (each part's
+# ``warmup_s``). k = 2's and 4's compiles are planned shorter than a cold one (45 and 60 s for
+# k processes at once): they repeat k = 1's graph, from inductor's on-disk cache. Parts in the order
+# they run, each call's by priority: the deciding figures first, the least certain plan (ArcCSE
+# under graphs: a graph recorded for each new pair of lengths) last. ``padded_graphs``
+# is planned as the default's run (same_as), which it is where ``auto`` resolves to padded
+# graphs on one GPU.
 PLAN: dict[str, Part] = {
     part.name: part
     for part in (
-        Part("base/default", 375, 50.0, 45.0),
-        Part("base/unpadded_graphs", 0, 1.0, 0.0),
-        Part("base/padded_graphs", 375, 55.0, 40.0),
-        Part("base/peer", 250, 17.0, 15.0),
-        Part("base/sharing_k1", 275, 50.0, 30.0),
-        Part("base/sharing_k2", 275, 25.0, 35.0),
-        Part("base/sharing_k4", 275, 13.0, 45.0),
-        Part("large/default", 250, 20.0, 60.0),
-        Part("large/unpadded_graphs", 0, 1.0, 0.0),
-        Part("large/padded_graphs", 250, 22.0, 55.0),
-        Part("gpu_checks", 0, 1.0, 20.0),
+        Part("base/default", 1, 250, 55.0, COMPILE_S + 10),
+        Part("base/unpadded_graphs", 1, 250, 50.0, COMPILE_S + 15),
+        Part("base/padded_graphs", 1, 0, 1.0, 0.0),
+        Part("compiled_vs_eager", 1, 0, 1.0, 80.0),
+        Part("arccse/accumulation", 1, 60, 4.0, 15.0),
+        Part("base/peer", 1, 250, 17.0, 15.0),
+        Part("gpu_checks", 1, 0, 1.0, 20.0),
+        Part("arccse/default", 1, 60, 3.0, COMPILE_S + 25),
+        Part("large/default", 2, 250, 20.0, 2 * COMPILE_S),
+        Part("large/unpadded_graphs", 2, 250, 18.0, 2 * COMPILE_S + 10),
+        Part("large/padded_graphs", 2, 0, 1.0, 0.0),
+        Part("base/sharing_k1", 3, 275, 55.0, COMPILE_S + 10),
+        Part("base/sharing_k2", 3, 275, 28.0, 45.0),
+        Part("base/sharing_k4", 3, 275, 14.0, 60.0),
     )
 }
-# A config timed although the default's run stands for it (the default resolved otherwise).
-UNPLANNED = {"base": Part("", 375, 50.0, 25.0), "large": Part("", 250, 20.0, 40.0)}
+CALLS = (1, 2, 3)
+# A config timed although the default's run was planned to stand for it (``auto`` resolved
+# otherwise).
+UNPLANNED = {"base": Part("", 0, 250, 55.0, COMPILE_S + 10), "large": PLAN["large/default"]}
 SMOKE_STEPS, SMOKE_EVAL_STEPS, SMOKE_WARMUP = 6, 3, 1
 
 
-def planned_total() -> float:
-    return START_S + sum(part.planned_s for part in PLAN.values())
+def planned_total(call: int) -> float:
+    """A device call's planned seconds, from the wheels' installation to the last part."""
+    return INSTALL_S + START_S + sum(p.planned_s for p in PLAN.values() if p.call == call)
 
 
 class Budget:
     """Each part's spent seconds against its plan; ``allows`` says whether a part planned at
     ``seconds`` still ends before the limit (None: no limit, the smoke run)."""
 
-    def __init__(self, limit_s: float | None) -> None:
+    def __init__(self, limit_s: float | None, calls: Sequence[int]) -> None:
         self.started = time.perf_counter()
         self.limit_s = limit_s
+        self.calls = tuple(calls)
         self.spent: dict[str, float] = {}
         self.skipped: list[dict[str, Any]] = []
 
@@ -189,11 +230,46 @@ class Budget:
         return {
             "budget_s": BUDGET_S,
             "limit_s": self.limit_s,
-            "planned_s": {name: round(part.planned_s, 1) for name, part in PLAN.items()},
-            "planned_total_s": round(planned_total(), 1),
+            "calls": list(self.calls),
+            "planned_s": {
+                name: round(part.planned_s, 1)
+                for name, part in PLAN.items()
+                if part.call in self.calls
+            },
+            "planned_total_s": {str(call): round(planned_total(call), 1) for call in self.calls},
             "spent_s": self.spent,
             "total_s": round(self.elapsed(), 1),
         }
+
+
+# The data
+
+
+def full_batches_corpus(corpus: Path, batch: int, workdir: Path) -> Path:
+    """``corpus``, or its first lines in a multiple of ``batch`` written to ``workdir``: every
+    batch of an epoch full (the 11,913-line sample's last would hold 9 rows, a shape of its
+    own for CUDA graphs inside the timed window). Lines as the trainer reads them."""
+    lines = read_corpus(corpus)
+    whole = len(lines) - len(lines) % batch
+    if whole == len(lines):
+        return corpus
+    if whole == 0:
+        raise ValueError(f"{corpus}: {len(lines)} lines make no full batch of {batch}")
+    trimmed = workdir / f"{corpus.stem}_first_{whole}.txt"
+    trimmed.write_text("".join(line + "\n" for line in lines[:whole]), encoding="utf-8")
+    return trimmed
+
+
+def triplet_file(corpus: Path, backbone: BackboneParams, workdir: Path) -> Path:
+    """ArcCSE's masked triplets of ``corpus`` with presets/arccse.yaml's masking, as the
+    triplets stage makes them (the backbone's tokenizer)."""
+    settings = load_params(harness.REPO / ARCCSE_CONFIGS["default"][0]).triplets
+    tokenizer = MaskingTokenizer.from_pretrained(load_tokenizer(backbone))
+    triplets, counts = generate_triplets(read_corpus(corpus), tokenizer, settings)
+    path = workdir / "triplets.parquet"
+    write_triplets(triplets, path)
+    print(f"triplets: {counts.triplets} of {counts.lines} lines", flush=True)
+    return path
 
 
 # The runs
@@ -224,16 +300,14 @@ def default_settings(device: str) -> dict[str, Any]:
     }
 
 
-def runs_on_cpu(args: argparse.Namespace) -> bool:
-    return args.device == "cpu" or not torch.cuda.is_available()
+def on_cuda(args: argparse.Namespace) -> bool:
+    return args.device != "cpu" and torch.cuda.is_available()
 
 
-def run_settings(settings: Mapping[str, Any], on_cpu: bool) -> tuple[dict[str, Any], bool]:
-    """The settings a config runs with and whether it runs eager in their stead: CUDA graphs
-    exist on CUDA alone, and a CPU run (the smoke run) is not worth inductor's compilation."""
-    if on_cpu and settings.get("compile") not in (False, "auto"):
-        return {**settings, "compile": False}, True
-    return dict(settings), False
+def cuda_graphs(compile_setting: Any, cuda: bool) -> bool:
+    """Whether settings asking for ``compile_setting`` record CUDA graphs: reduce-overhead on
+    CUDA; on a CPU inductor compiles the same graphs and runs them without."""
+    return compile_setting == "reduce-overhead" and cuda
 
 
 def resolved(measured: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -242,65 +316,31 @@ def resolved(measured: Mapping[str, Any]) -> tuple[Any, Any]:
     return execution.get("compile"), execution.get("unpadded")
 
 
-def config_runs(
-    args: argparse.Namespace, size: str, evaluate, workdir: Path, budget: Budget
-) -> list[dict[str, Any]]:
-    """The default, unpadded_graphs and padded_graphs configs of ``size``, in that order."""
-    on_cpu = runs_on_cpu(args)
-    defaults = default_settings(args.device)
-    results: list[dict[str, Any]] = []
-    for name, overrides in CONFIGS.items():
-        part = f"{size}/{name}"
-        settings = {**defaults, **overrides}
-        ran_with, eager = run_settings(settings, on_cpu)
-        entry: dict[str, Any] = {
-            "name": name,
-            "size": size,
-            "settings": {key: settings[key] for key in ("precision", "compile", "unpad")},
-            "ran_eager": eager,
-        }
-        effective = (ran_with["compile"], ran_with["unpad"])
-        twin = next((r for r in results if "execution" in r and resolved(r) == effective), None)
-        if twin is not None:
-            # the default already ran with these settings: its run is this config's
-            entry["same_as"] = twin["name"]
-            entry.update(
-                {k: v for k, v in twin.items() if k not in entry and k not in ("same_as",)}
-            )
-            results.append(entry)
-            continue
-        plan = PLAN[part] if PLAN[part].steps else UNPLANNED[size]
-        if not budget.allows(part, plan.planned_s):
-            continue
-        steps = SMOKE_STEPS if args.smoke else plan.steps
-        eval_steps = SMOKE_EVAL_STEPS if args.smoke else EVAL_STEPS
-        with budget.part(part), failure_recorded(entry):
-            entry.update(
-                train_gpu.run(
-                    run_args(args, size),
-                    BATCH,
-                    steps,
-                    evaluate,
-                    eval_steps,
-                    workdir,
-                    settings=ran_with,
-                )
-            )
-        print(json.dumps(shown(entry)), flush=True)
-        results.append(entry)
-    return results
-
-
-def peer_run(args: argparse.Namespace, workdir: Path, budget: Budget) -> dict[str, Any] | None:
-    part = f"{PEER_SIZE}/peer"
-    if not budget.allows(part, PLAN[part].planned_s):
-        return None
-    entry: dict[str, Any] = {"size": PEER_SIZE}
-    steps = SMOKE_STEPS if args.smoke else PLAN[part].steps
-    with budget.part(part), failure_recorded(entry):
-        entry.update(train_gpu.peer(run_args(args, PEER_SIZE), BATCH, steps, workdir))
-    print(json.dumps(entry), flush=True)
-    return entry
+def timed_run(job: loop.TrainJob, evaluate, warmup: int, cuda: bool) -> dict[str, Any]:
+    """``job`` trained with each step's end timed: its steady rates, warm-up, peak memory and
+    execution record (an ArcCSE run: train_gpu.run builds SimCSE's)."""
+    ends, hook = harness.timed_steps()
+    torch._dynamo.reset()  # a fresh compilation cache, as train_gpu.run's
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    metrics = loop.train(job, evaluate, step_hook=hook)
+    first = train_gpu.effective_warmup(ends, warmup)
+    train = job.train
+    result: dict[str, Any] = {
+        "steps": len(ends),
+        "seconds": metrics["timing"]["wall_s"],
+        "steady_steps_per_s": train_gpu.steady_rate(ends, warmup),
+        "warmup_steps": first,
+        "warmup_s": ends[first] - started if ends else None,
+        "execution": json.loads((job.out_dir / CONFIG_FILE).read_text())["execution"],
+    }
+    if train.eval_steps < len(ends):
+        result["training_steps_per_s"] = train_gpu.training_rate(ends, warmup, train.eval_steps)
+    if cuda:
+        result["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return result
 
 
 @contextmanager
@@ -325,7 +365,6 @@ def shown(entry: Mapping[str, Any]) -> dict[str, Any]:
 def worker_spec(
     args: argparse.Namespace, k: int, index: int, steps: int, barrier: Path, workdir: Path
 ) -> dict[str, Any]:
-    settings, eager = run_settings(default_settings(args.device), runs_on_cpu(args))
     return {
         "size": SHARING_SIZE,
         "smoke": args.smoke,
@@ -336,8 +375,7 @@ def worker_spec(
         "senteval": str(args.senteval),
         "steps": steps,
         "eval_steps": SMOKE_EVAL_STEPS if args.smoke else EVAL_STEPS,
-        "settings": settings,
-        "ran_eager": eager,
+        "settings": default_settings(args.device),
         "k": k,
         "index": index,
         "barrier": str(barrier),
@@ -455,30 +493,261 @@ def release_device() -> None:
         torch.cuda.empty_cache()
 
 
-def sharing_runs(args: argparse.Namespace, workdir: Path, budget: Budget) -> list[dict[str, Any]]:
-    release_device()
-    results: list[dict[str, Any]] = []
-    for k in args.ks:
+# The suite
+
+
+class Suite:
+    """The parts of the calls asked for, run in ``PLAN``'s order into one record, written
+    (atomically, ``finished: false``) after every part: a call killed midway keeps the parts
+    it finished."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        invocation: harness.Invocation,
+        device: str,
+        workdir: Path,
+    ) -> None:
+        self.args, self.invocation, self.workdir = args, invocation, workdir
+        self.cuda = on_cuda(args)
+        self.budget = Budget(args.limit_s, args.calls)
+        self.evaluate = stsb_dev_evaluator(args.senteval)
+        self.eval_steps = SMOKE_EVAL_STEPS if args.smoke else EVAL_STEPS
+        self.triplets: Path | None = None
+        sizes = sorted({name.split("/")[0] for name in self.parts() if "/" in name} & set(SIZES))
+        self.record: dict[str, Any] = {
+            "finished": False,
+            "device": device,
+            "smoke": args.smoke,
+            "calls": list(args.calls),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "load_average_before": invocation.load_average_before,
+            "protocol": {
+                "batch_size": BATCH,
+                "max_seq_length": train_gpu.MAX_LENGTH,
+                "eval_steps": self.eval_steps,
+                "warmup_steps": args.warmup,
+                "precision": args.precision,
+                "device": args.device,
+                "corpus": str(args.corpus),
+                "senteval": str(args.senteval),
+            },
+            "sizes": {
+                size: train_gpu.model_size(run_args(args, size)).model_dump() for size in sizes
+            },
+            "configs": [],
+            "compiled_vs_eager": [],
+            "arccse": [],
+            "peer": None,
+            "sharing": [],
+            "gpu_checks": None,
+        }
+
+    def parts(self) -> list[str]:
+        return [name for name, part in PLAN.items() if part.call in self.args.calls]
+
+    def run(self) -> None:
+        for name in self.parts():
+            self.run_part(name)
+            self.write()
+        self.record["finished"] = True
+        self.write()
+
+    def run_part(self, name: str) -> None:
+        group, _, item = name.partition("/")
+        if group in SIZES and item in CONFIGS:
+            self.config(group, item)
+        elif group == "arccse":
+            self.arccse(item)
+        elif item == "peer":
+            self.peer()
+        elif item.startswith("sharing_k"):
+            self.sharing(int(item.removeprefix("sharing_k")))
+        elif name == "compiled_vs_eager":
+            self.compiled_vs_eager()
+        elif name == "gpu_checks":
+            self.gpu_checks()
+        else:
+            raise ValueError(f"PLAN names a part the suite cannot run: {name}")
+
+    def write(self) -> None:
+        """The record as it stands, its figures derived anew (atomically: harness)."""
+        configs, sharing, peer = self.record["configs"], self.record["sharing"], self.record["peer"]
+        self.record.update(
+            load_average_after=harness.load_average(),
+            ratios=ratios(configs, sharing, peer, "base"),
+            by_size={size: ratios(configs, sharing, peer, size) for size in self.record["sizes"]},
+            decision=decision(configs, self.record["compiled_vs_eager"]),
+            skipped=self.budget.skipped,
+            budget=self.budget.record(),
+        )
+        harness.write_result(self.args.out, self.record, self.invocation)
+
+    def failures(self) -> list[str]:
+        """The parts that failed and the checks that did not pass."""
+        record = self.record
+        labelled = [
+            *((f"{c['size']}/{c['name']}", c) for c in record["configs"]),
+            *((f"compiled_vs_eager {c['config']}", c) for c in record["compiled_vs_eager"]),
+            *((f"arccse/{c['name']}", c) for c in record["arccse"]),
+            *((f"sharing k = {c['k']}", c) for c in record["sharing"]),
+            ("peer", record["peer"]),
+            ("gpu_checks", record["gpu_checks"]),
+        ]
+        failed = [
+            f"{label}: {entry['error']}" for label, entry in labelled if entry and "error" in entry
+        ]
+        failed += [
+            f"compiled_vs_eager {c['config']}: not passed"
+            for c in record["compiled_vs_eager"]
+            if c.get("passed") is False
+        ]
+        checks = record["gpu_checks"]
+        if checks and "error" not in checks and checks["passed"] != checks["total"]:
+            failed.append(f"gpu_checks: {checks['passed']} of {checks['total']} passed")
+        return failed
+
+    # The parts
+
+    def config(self, size: str, name: str) -> None:
+        """One of CONFIGS on an encoder of ``size``: the default's run first, a later config
+        with its resolved settings ``same_as`` it."""
+        part = f"{size}/{name}"
+        settings = {**default_settings(self.args.device), **CONFIGS[name]}
+        entry: dict[str, Any] = {
+            "name": name,
+            "size": size,
+            "settings": {key: settings[key] for key in ("precision", "compile", "unpad")},
+            "cuda_graphs": cuda_graphs(settings["compile"], self.cuda),
+        }
+        effective = (settings["compile"], settings["unpad"])
+        timed = [c for c in self.record["configs"] if c["size"] == size and "execution" in c]
+        twin = next((c for c in timed if resolved(c) == effective), None)
+        if twin is not None:  # the default already ran with these settings: its run is this one
+            entry["same_as"] = twin["name"]
+            entry.update({k: v for k, v in twin.items() if k not in entry and k != "same_as"})
+            self.record["configs"].append(entry)
+            return
+        plan = PLAN[part] if PLAN[part].steps else UNPLANNED[size]
+        if not self.budget.allows(part, plan.planned_s):
+            return
+        steps = SMOKE_STEPS if self.args.smoke else plan.steps
+        with self.budget.part(part), failure_recorded(entry):
+            entry.update(
+                train_gpu.run(
+                    run_args(self.args, size),
+                    BATCH,
+                    steps,
+                    self.evaluate,
+                    self.eval_steps,
+                    self.workdir,
+                    settings=settings,
+                )
+            )
+        print(json.dumps(shown(entry)), flush=True)
+        self.record["configs"].append(entry)
+
+    def compiled_vs_eager(self) -> None:
+        """gpu_checks.compiled_step_check of each graph config, on gpu_checks.CHECK_SIZE's
+        encoder in the smoke run too: the tiny smoke encoders embed every sentence alike, where
+        the loss's gradient is all but cancelled and rounding alone moves it by 1e-3."""
+        part = "compiled_vs_eager"
+        if not self.budget.allows(part, PLAN[part].planned_s):
+            return
+        size = gpu_checks.CHECK_SIZE
+        backbone = BackboneParams(model=gpu_checks.BACKBONE.model, random_init=size)
+        with self.budget.part(part):
+            for name in GRAPH_CONFIGS:
+                settings = {**default_settings(self.args.device), **CONFIGS[name]}
+                train = TrainParams(
+                    **settings, batch_size=BATCH, max_seq_length=train_gpu.MAX_LENGTH,
+                    max_steps=1, eval_steps=1, checkpoint_steps=10**9, log_steps=1,
+                )  # fmt: skip
+                entry: dict[str, Any] = {"config": name, "encoder": size.model_dump()}
+                with failure_recorded(entry):
+                    entry.update(
+                        gpu_checks.compiled_step_check(
+                            train, backbone, self.args.corpus, self.workdir
+                        )
+                    )
+                print(json.dumps(entry), flush=True)
+                self.record["compiled_vs_eager"].append(entry)
+                self.write()
+
+    def arccse(self, name: str) -> None:
+        """ArcCSE at its preset's settings for BERT-base (ARCCSE_CONFIGS), BERT-base-sized."""
+        part = f"arccse/{name}"
+        if not self.budget.allows(part, PLAN[part].planned_s):
+            return
+        preset, method = ARCCSE_CONFIGS[name]
+        entry: dict[str, Any] = {"name": name, "preset": preset, "method": method}
+        steps = SMOKE_STEPS if self.args.smoke else PLAN[part].steps
+        with self.budget.part(part), failure_recorded(entry):
+            resolved_method = load_params(harness.REPO / preset).resolve(method, "bert-base")
+            train = TrainParams.model_validate(
+                {
+                    **resolved_method.train.model_dump(),
+                    "max_steps": steps, "eval_steps": self.eval_steps,
+                    "checkpoint_steps": 10**9, "log_steps": 10,
+                    "device": self.args.device, "precision": self.args.precision,
+                }
+            )  # fmt: skip
+            entry["settings"] = {
+                key: getattr(train, key)
+                for key in (
+                    "batch_size", "gradient_accumulation_steps", "max_seq_length", "sampling",
+                    "triplet_batching", "compile", "unpad", "precision",
+                )
+            } | {"sam": train.sam.enabled}  # fmt: skip
+            backbone = train_gpu.backbone_spec(run_args(self.args, "base"))
+            if self.triplets is None:
+                self.triplets = triplet_file(self.args.corpus, backbone, self.workdir)
+            run = standalone_run(
+                train, backbone, self.args.corpus, name=f"arccse-{name}",
+                backbone_name="bert-base-size-random", temperature=resolved_method.temperature,
+                triplets=self.triplets,
+            )  # fmt: skip
+            out = Path(tempfile.mkdtemp(dir=self.workdir))
+            objective = build_objective(resolved_method.objective)
+            job = loop.TrainJob(run, objective, out, self.workdir / "tokenized")
+            entry.update(timed_run(job, self.evaluate, self.args.warmup, self.cuda))
+            entry["cuda_graphs"] = cuda_graphs(entry["execution"]["compile"], self.cuda)
+        print(json.dumps(shown(entry)), flush=True)
+        self.record["arccse"].append(entry)
+
+    def peer(self) -> None:
+        part = f"{PEER_SIZE}/peer"
+        if not self.budget.allows(part, PLAN[part].planned_s):
+            return
+        entry: dict[str, Any] = {"size": PEER_SIZE}
+        steps = SMOKE_STEPS if self.args.smoke else PLAN[part].steps
+        with self.budget.part(part), failure_recorded(entry):
+            entry.update(train_gpu.peer(run_args(self.args, PEER_SIZE), BATCH, steps, self.workdir))
+        print(json.dumps(entry), flush=True)
+        self.record["peer"] = entry
+
+    def sharing(self, k: int) -> None:
+        """k runs of the default settings at once, each a process of its own."""
         part = f"{SHARING_SIZE}/sharing_k{k}"
-        plan = PLAN.get(part, Part(part, 275, 50.0 / k, 45.0))
-        if not budget.allows(part, plan.planned_s):
-            continue
-        steps = SMOKE_STEPS if args.smoke else plan.steps
-        barrier = workdir / f"barrier-k{k}"
+        if not self.budget.allows(part, PLAN[part].planned_s):
+            return
+        release_device()
+        steps = SMOKE_STEPS if self.args.smoke else PLAN[part].steps
+        barrier = self.workdir / f"barrier-k{k}"
         barrier.mkdir()
-        specs = [worker_spec(args, k, i, steps, barrier, workdir) for i in range(k)]
+        specs = [worker_spec(self.args, k, i, steps, barrier, self.workdir) for i in range(k)]
+        settings = specs[0]["settings"]
         entry: dict[str, Any] = {
             "k": k,
             "size": SHARING_SIZE,
             "steps_per_run": steps,
-            "settings": {
-                key: specs[0]["settings"][key] for key in ("precision", "compile", "unpad")
-            },
-            "ran_eager": specs[0]["ran_eager"],
+            "settings": {key: settings[key] for key in ("precision", "compile", "unpad")},
         }
-        deadline = budget.started + args.limit_s if args.limit_s else float("inf")
-        with budget.part(part), failure_recorded(entry):
-            runs = run_workers(specs, workdir, deadline)
+        limit = self.args.limit_s
+        deadline = self.budget.started + limit if limit else float("inf")
+        with self.budget.part(part), failure_recorded(entry):
+            runs = run_workers(specs, self.workdir, deadline)
             entry.update(window_rates(runs))
             entry["runs"] = [
                 {
@@ -496,13 +765,29 @@ def sharing_runs(args: argparse.Namespace, workdir: Path, budget: Budget) -> lis
                 }
                 for run in runs
             ]
+        sharing = self.record["sharing"]
+        sharing.append(entry)
+        single = next((s for s in sharing if s["k"] == 1 and "summed_steps_per_s" in s), None)
+        for shared in sharing:
+            if single is not None and "summed_steps_per_s" in shared:
+                shared["summed_over_single"] = (
+                    shared["summed_steps_per_s"] / single["summed_steps_per_s"]
+                )
         print(json.dumps(entry), flush=True)
-        results.append(entry)
-    single = next((r for r in results if r["k"] == 1 and "summed_steps_per_s" in r), None)
-    for entry in results:
-        if single is not None and "summed_steps_per_s" in entry:
-            entry["summed_over_single"] = entry["summed_steps_per_s"] / single["summed_steps_per_s"]
-    return results
+
+    def gpu_checks(self) -> None:
+        if not self.budget.allows("gpu_checks", PLAN["gpu_checks"].planned_s):
+            return
+        device = torch.device("cuda" if self.cuda else "cpu")
+        size = train_gpu.SMOKE if self.args.smoke else train_gpu.BERT_BASE
+        backbone = BackboneParams(model=gpu_checks.BACKBONE.model, random_init=size)
+        entry: dict[str, Any] = {"device": str(device)}
+        with self.budget.part("gpu_checks"), failure_recorded(entry):
+            results = gpu_checks.forward_checks(device, self.args.corpus, backbone)
+            passed = sum(r["passed"] for r in results)
+            entry.update(passed=passed, total=len(results), checks=results)
+            print(f"gpu_checks: {passed} of {len(results)} passed", flush=True)
+        self.record["gpu_checks"] = entry
 
 
 # The record
@@ -538,18 +823,43 @@ def ratios(
     }
 
 
-def checks(args: argparse.Namespace, budget: Budget) -> dict[str, Any] | None:
-    if not budget.allows("gpu_checks", PLAN["gpu_checks"].planned_s):
-        return None
-    device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
-    size = train_gpu.SMOKE if args.smoke else train_gpu.BERT_BASE
-    backbone = BackboneParams(model=gpu_checks.BACKBONE.model, random_init=size)
-    entry: dict[str, Any] = {"device": str(device)}
-    with budget.part("gpu_checks"), failure_recorded(entry):
-        results = gpu_checks.forward_checks(device, args.corpus, backbone)
-        entry.update(passed=sum(r["passed"] for r in results), total=len(results), checks=results)
-        print(f"gpu_checks: {entry['passed']} of {entry['total']} passed", flush=True)
-    return entry
+def decision(
+    configs: Sequence[Mapping[str, Any]], checks: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Whether the unpadded graphs are to replace the padded graphs as ``auto``'s choice on
+    one GPU: only when measured faster (BERT-base's training steps/s, the dev evaluations'
+    intervals left out: they are alike in both) and agreeing with the eager step, as the
+    padded graphs must too."""
+    rates = {
+        c["name"]: c.get("training_steps_per_s")
+        for c in configs
+        if c["size"] == DECISION_SIZE and c["name"] in GRAPH_CONFIGS
+    }
+    agree = {c["config"]: c.get("passed") for c in checks}
+    unpadded, padded = rates.get("unpadded_graphs"), rates.get("padded_graphs")
+    ratio = unpadded / padded if unpadded and padded else None
+    if ratio is None or not all(agree.get(name) is not None for name in GRAPH_CONFIGS):
+        missing = [name for name in GRAPH_CONFIGS if not rates.get(name)]
+        missing += [f"{name}'s check" for name in GRAPH_CONFIGS if agree.get(name) is None]
+        verdict = f"undecided: not measured ({', '.join(missing)})"
+    elif ratio > 1 and all(agree[name] for name in GRAPH_CONFIGS):
+        verdict = (
+            f"make unpadded graphs the default: {ratio:.3f}x the padded graphs' rate, both "
+            "agreeing with eager"
+        )
+    else:
+        reasons = [f"{ratio:.3f}x the padded graphs' rate"] + [
+            f"{name} disagree with eager" for name in GRAPH_CONFIGS if not agree[name]
+        ]
+        verdict = f"keep padded graphs the default: unpadded graphs {'; '.join(reasons)}"
+    return {
+        "size": DECISION_SIZE,
+        "unpadded_graphs_training_steps_per_s": unpadded,
+        "padded_graphs_training_steps_per_s": padded,
+        "unpadded_over_padded_graphs": ratio,
+        "agrees_with_eager": {name: agree.get(name) for name in GRAPH_CONFIGS},
+        "verdict": verdict,
+    }
 
 
 def device_slug(name: str) -> str:
@@ -562,9 +872,22 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", lowered).strip("_")
 
 
+def record_name(device: str, calls: Sequence[int]) -> str:
+    """gpu_suite_<gpu>.json for call 1, gpu_suite_<gpu>_call<N>.json for another."""
+    suffix = "" if list(calls) == [1] else "_call" + "_".join(map(str, calls))
+    return f"gpu_suite_{device_slug(device)}{suffix}.json"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny encoders, a few steps, on the CPU")
+    p.add_argument(
+        "--call",
+        type=int,
+        choices=CALLS,
+        default=None,
+        help="which call's parts (PLAN; default: 1; with --smoke: all)",
+    )
     p.add_argument(
         "--device",
         default=None,
@@ -572,10 +895,6 @@ def main() -> None:
         help="default: auto (cpu with --smoke)",
     )
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
-    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=SIZES)
-    p.add_argument("--ks", nargs="*", type=int, default=list(KS), help="runs sharing the device")
-    p.add_argument("--no-peer", dest="peer", action="store_false")
-    p.add_argument("--no-checks", dest="checks", action="store_false")
     p.add_argument("--warmup", type=int, default=None, help=f"default {WARMUP_STEPS}")
     p.add_argument(
         "--limit-s",
@@ -589,7 +908,7 @@ def main() -> None:
         "--out",
         type=Path,
         default=None,
-        help="default: benchmarks/results/gpu_suite_<gpu>.json; with --smoke a "
+        help="default: benchmarks/results/gpu_suite_<gpu>[_call<N>].json; with --smoke a "
         "temporary folder's (never benchmarks/results/)",
     )
     p.add_argument(
@@ -607,75 +926,38 @@ def main() -> None:
     if invocation.commit is None and args.commit:
         commit, _, state = args.commit.partition("+")
         invocation = dataclasses.replace(invocation, commit=commit, dirty=state == "dirty")
+    if args.smoke and args.out and args.out.resolve().is_relative_to(harness.RESULTS.resolve()):
+        p.error("--smoke never writes to benchmarks/results/: give --out elsewhere")
+    args.calls = [args.call] if args.call else list(CALLS) if args.smoke else [1]
     args.device = args.device or ("cpu" if args.smoke else "auto")
     args.warmup = (
         args.warmup if args.warmup is not None else SMOKE_WARMUP if args.smoke else WARMUP_STEPS
     )
     if args.limit_s is None and not args.smoke:
         args.limit_s = LIMIT_S
+    workdir = Path(tempfile.mkdtemp(prefix="bench-gpu-suite-"))
     if args.corpus is None:
         wiki = train_gpu.default_path("corpus/wiki1m.txt")
         args.corpus = (
             wiki if wiki.is_file() else train_gpu.default_path("corpus/wiki1m_head_11913.txt")
         )
+    if not args.corpus.is_file():
+        p.error(f"corpus {args.corpus}: no such file (--corpus, or CSE_DATA_DIR's corpus/)")
+    try:
+        args.corpus = full_batches_corpus(args.corpus, BATCH, workdir)
+    except ValueError as err:
+        p.error(str(err))
     args.senteval = args.senteval or train_gpu.default_path("senteval")
-    on_gpu = args.device != "cpu" and torch.cuda.is_available()
-    device = torch.cuda.get_device_name() if on_gpu else "cpu"
-    if args.smoke and args.out and args.out.resolve().is_relative_to(harness.RESULTS.resolve()):
-        p.error("--smoke never writes to benchmarks/results/: give --out elsewhere")
-    workdir = Path(tempfile.mkdtemp(prefix="bench-gpu-suite-"))
+    device = torch.cuda.get_device_name() if on_cuda(args) else "cpu"
     if args.out is None:
-        args.out = (
-            workdir / "gpu_suite_smoke.json"
-            if args.smoke
-            else harness.RESULTS / f"gpu_suite_{device_slug(device)}.json"
-        )
-    budget = Budget(args.limit_s)
-    evaluate = stsb_dev_evaluator(args.senteval)
-    configs: list[dict[str, Any]] = []
-    sharing: list[dict[str, Any]] = []
-    peer = None
-    for size in args.sizes:
-        configs += config_runs(args, size, evaluate, workdir, budget)
-        if size == PEER_SIZE and args.peer:
-            peer = peer_run(args, workdir, budget)
-        if size == SHARING_SIZE and args.ks:
-            sharing = sharing_runs(args, workdir, budget)
-    checked = checks(args, budget) if args.checks else None
-    report: dict[str, Any] = {
-        "device": device,
-        "smoke": args.smoke,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "load_average_before": invocation.load_average_before,
-        "load_average_after": harness.load_average(),
-        "protocol": {
-            "batch_size": BATCH,
-            "max_seq_length": train_gpu.MAX_LENGTH,
-            "eval_steps": SMOKE_EVAL_STEPS if args.smoke else EVAL_STEPS,
-            "warmup_steps": args.warmup,
-            "precision": args.precision,
-            "device": args.device,
-            "corpus": str(args.corpus),
-            "senteval": str(args.senteval),
-        },
-        "sizes": {
-            size: train_gpu.model_size(run_args(args, size)).model_dump() for size in args.sizes
-        },
-        "ratios": ratios(configs, sharing, peer, "base") if "base" in args.sizes else None,
-        "by_size": {size: ratios(configs, sharing, peer, size) for size in args.sizes},
-        "configs": configs,
-        "sharing": sharing,
-        "peer": peer,
-        "gpu_checks": checked,
-        "skipped": budget.skipped,
-        "budget": budget.record(),
-    }
-    harness.write_result(args.out, report, invocation)
-    errors = [entry for entry in [*configs, *sharing, peer, checked] if entry and "error" in entry]
-    failed_checks = checked is not None and checked.get("passed") != checked.get("total")
-    if errors or failed_checks:
-        print(f"{len(errors)} part(s) failed; checks failed: {failed_checks}", file=sys.stderr)
+        folder = workdir if args.smoke else harness.RESULTS
+        args.out = folder / record_name(device if not args.smoke else "smoke", args.calls)
+    suite = Suite(args, invocation, device, workdir)
+    suite.run()
+    failures = suite.failures()
+    print(f"decision: {suite.record['decision']['verdict']}", flush=True)
+    if failures:
+        print(f"{len(failures)} failure(s): " + "; ".join(failures), file=sys.stderr)
         sys.exit(1)
 
 
