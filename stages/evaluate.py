@@ -12,13 +12,13 @@ stored under the evaluation's id and reused when asked for again.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Sequence
 
 from stages.core import cli
 from stages.core.errors import StageError
 from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.evaluations import evaluation_module
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     name, rest = args[0], args[1:]
     if name not in EVALUATIONS:
         raise StageError(f"unknown evaluation '{name}'; registered: {registered}")
-    importlib.import_module(EVALUATIONS[name].module).main(rest)
+    evaluation_module(name).main(rest)
 
 
 if __name__ == "__main__":
