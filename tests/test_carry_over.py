@@ -139,6 +139,46 @@ def test_the_samples_reach_every_code_path_of_each_evaluation() -> None:
     assert evaluation_module("sts_tsv").sample(files) == ("a",)
 
 
+def test_mteb_and_tsv_records_compare_their_scores_and_recompute_their_means() -> None:
+    def task(score: float, category: str, wall_s: float) -> dict[str, Any]:
+        return {"main_score": score, "metric": "cosine_spearman", "category": category,
+                "data": "local:senteval", "from_cache": False, "wall_s": wall_s}  # fmt: skip
+
+    mteb = evaluation_module("mteb")
+    stored = {
+        "requested": ["STS12", "SICK-R", "Banking77Classification"],
+        "evaluated": ["STS12", "SICK-R"],
+        "skipped": {"Banking77Classification": "offline"},
+        "tasks": {"STS12": task(61.25, "STS", 3.0), "SICK-R": task(70.5, "STS", 4.0)},
+        "average": 65.875,
+        "categories": {"STS": {"mean": 65.875, "tasks": 2, "requested": 2}},
+        "complete": False,
+        "data": {"hub_offline": True, "local_source": "senteval"},
+        "timing": {"wall_s": 7.0},
+    }
+    assert mteb.recomputed_summary(stored) == {
+        "average": 65.875,
+        "categories": {"STS": {"mean": 65.875, "tasks": 2, "requested": 2}},
+        "complete": False,
+    }
+    rescored = {**stored, "requested": ["STS12"], "evaluated": ["STS12"], "skipped": {},
+                "tasks": {"STS12": task(61.25, "STS", 9.0)}, "average": 61.25,
+                "data": {"hub_offline": False, "local_source": "senteval"}}  # fmt: skip
+    assert mteb.comparable(stored, ("STS12",)) == mteb.comparable(rescored, ("STS12",))
+    rescored["tasks"]["STS12"]["main_score"] = 61.26
+    assert value_differences(
+        mteb.comparable(stored, ("STS12",)), mteb.comparable(rescored, ("STS12",)), "rescored"
+    ) == ["tasks.STS12.main_score: 61.25 stored, 61.26 rescored"]
+
+    tsv = evaluation_module("sts_tsv")
+    scored = {"spearman": 70.0, "pearson": 68.0, "file": "a.tsv", "sha256": "0" * 64}
+    record = {"tasks": {"a": scored, "b": scored}, "scores": {"a": {"spearman": 70.0}}}
+    assert tsv.recomputed_summary(record) == {
+        "scores": {name: {"spearman": 70.0, "pearson": 68.0} for name in ("a", "b")}
+    }
+    assert tsv.comparable(record, ("a",)) == {"tasks": {"a": scored}, "encoder": {}}
+
+
 def test_every_registered_evaluation_keeps_the_contract_and_a_gap_is_named_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

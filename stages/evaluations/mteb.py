@@ -243,9 +243,12 @@ def mismatches(record: dict[str, Any], settings: MtebParams) -> list[str]:
 
 def comparable(record: dict[str, Any], tasks: Sequence[str]) -> dict[str, Any]:
     """What of ``record`` scoring ``tasks`` alone gives: every key but ``UNCOMPARED``, with
-    the per-task parts cut to ``tasks`` (each task's entry without ``UNCOMPARED_TASK_FIELDS``)."""
+    the per-task parts cut to ``tasks`` (each task's entry without ``UNCOMPARED_TASK_FIELDS``)
+    and the data's source without whether the hub was reachable."""
     part = without(record, UNCOMPARED)
     part["encoder"] = without(record.get("encoder", {}), ENCODER_IDENTITY_KEYS)
+    # whether the hub could be reached where it ran: a sampled hub task offline is skipped
+    part["data"] = without(record.get("data", {}), ("hub_offline",))
     part["tasks"] = {
         name: without(entry, UNCOMPARED_TASK_FIELDS)
         for name, entry in only(record.get("tasks", {}), tasks).items()
