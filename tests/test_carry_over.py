@@ -434,7 +434,7 @@ def test_a_killed_carry_over_leaves_nothing_taken_for_a_run(
 ) -> None:
     other, planned = made_by_other_code(trained)
     killed(trained, target, n, "before", "stages.commands.carry_over", EXPERIMENT)
-    assert not (trained / "runs" / planned).exists() and leftovers(trained)
+    assert not (trained / "runs" / planned).exists()
     assert status()["run stored"] == "-"
     assert run_candidates(planned_run()) == [Path("runs") / other]
 

@@ -231,7 +231,7 @@ def comparable(record: dict[str, Any], tasks: Sequence[str]) -> dict[str, Any]:
     """What of ``record`` scoring ``tasks`` alone gives: every key but ``UNCOMPARED``, with
     the per-task parts (results, table rows, data files, alignment and uniformity from STS-B
     dev) cut to ``tasks`` and the averages left to ``recomputed_summary``."""
-    part = {k: v for k, v in record.items() if k not in UNCOMPARED}
+    part = without(record, UNCOMPARED)
     part["encoder"] = without(record.get("encoder", {}), ENCODER_IDENTITY_KEYS)
     part["tasks"] = only(record.get("tasks", {}), tasks)
     summary = record.get("summary", {})

@@ -61,11 +61,12 @@ def schedule_values(
     it, from the current code's schedules over ``total_steps`` updates: the optimizer and
     scheduler the loop builds (the rate read before the update's scheduler step), the
     temperature schedule the loop calls, ``steps_per_epoch`` updates per epoch. No data, no
-    forward: milliseconds for thousands of updates."""
+    forward: about 30 microseconds an update."""
     job = make_job(run, params, layout.run_dir(run.run_id))
     objective, settings = job.objective, job.train
     optimizer = build_optimizer(torch.nn.Linear(1, 1), settings)
     scheduler = build_scheduler(optimizer, settings, total_steps)
+    optimizer.step()  # no gradients, no change; torch warns of a scheduler stepped before it
     values = {}
     for t in range(1, total_steps + 1):
         tau = (
@@ -74,6 +75,5 @@ def schedule_values(
             else None
         )
         values[t] = {"lr": scheduler.get_last_lr()[0], "tau": tau, "epoch": t / steps_per_epoch}
-        optimizer.step()  # no gradients: changes nothing, keeps the scheduler's order check quiet
         scheduler.step()
     return values
