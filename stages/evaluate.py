@@ -12,7 +12,6 @@ stored under the evaluation's id and reused when asked for again.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from stages.core import cli
 from stages.core.errors import StageError
 from stages.core.schema.evaluation_settings import EVALUATIONS
 from stages.core.storage.input_guard import watch
+from stages.evaluations import evaluation_module
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # every output of the evaluation is written from the params file it read, or none
     inputs = watch(Path(cli.params_file_of(rest)))
     with inputs.guarding():
-        importlib.import_module(EVALUATIONS[name].module).main(rest)
+        evaluation_module(name).main(rest)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int
 from stages.core.errors import StageError
 from stages.core.identity.experiments import plan_experiments
+from stages.core.planning.carry_over import ENCODER_IDENTITY_KEYS, only, without
 from stages.core.schema.data_check import verify_workspace_data
 from stages.core.schema.evaluation_settings import MtebParams
 from stages.core.schema.mteb_task_sets import TASK_SETS, task_names
@@ -183,27 +184,43 @@ def _print_summary(results: dict[str, Any], output: Path) -> None:
         print(f"in mteb's results layout (mteb.ResultCache): {native}")
 
 
-# What ``cse carry-over`` asks of an evaluation (stages/commands/carry_over.py): a cheap sample
-# of its settings, its score under them, and a record's results per task, to compare exactly.
-# A task's entry besides these is where and how fast it ran.
-COMPARED_TASK_FIELDS = ("main_score", "metric", "category", "splits", "subsets", "data",
-                        "dataset_revision")  # fmt: skip
+# What ``cse carry-over`` asks of an evaluation (the contract: stages/evaluations/__init__.py):
+# a sample of its settings that reaches each of its code paths, its score under them, whether a
+# record computed what the settings would, the part of a record that scoring given tasks
+# determines, and the summary the current code computes from a record's task results.
+
+# What a record holds besides what its tasks' scoring gives: timings, environment, its ids, where
+# mteb's result files are (under the encoder's revision, which names its run), and the summary.
+UNCOMPARED = ("timing", "environment", "evaluation_id", "carried_over", "mteb_results_dir",
+              "mteb_native_results", "average", "categories", "complete")  # fmt: skip
+# A task's entry besides its scores: whether it came from mteb's cache, where and how fast it ran.
+UNCOMPARED_TASK_FIELDS = ("from_cache", "wall_s", "encode_s", "texts_encoded", "texts_per_s",
+                          "mteb_evaluation_time_s", "result_file")  # fmt: skip
 
 
-def sample(settings: MtebParams) -> MtebParams:
-    """One task: the first with a local copy where local data is on (offline), else the first."""
+def sample(settings: MtebParams) -> tuple[str, ...]:
+    """One task per category (mteb's task type) the settings request: the first with a local
+    copy where local data is on (offline), else the category's first; in the settings' order."""
+    import mteb
+
     from stages.mteb_protocol.local_data import local_tasks
 
-    names = task_names(settings.tasks)
     local = local_tasks(settings.local_source) if settings.local_data else ()
-    chosen = next((name for name in names if name in local), names[0])
-    return settings.model_copy(update={"tasks": (chosen,)})
+    by_category: dict[str, list[str]] = {}
+    for name in task_names(settings.tasks):
+        by_category.setdefault(mteb.get_task(name).metadata.type, []).append(name)
+    chosen = {next((n for n in names if n in local), names[0]) for names in by_category.values()}
+    return tuple(name for name in task_names(settings.tasks) if name in chosen)
 
 
-def score(encoder: SentenceEncoder, settings: MtebParams, label: str, workdir: Path) -> dict:
-    """The results of ``encoder`` under ``settings``, computed afresh (mteb's result cache in
-    ``workdir``, empty)."""
-    fresh = settings.model_copy(update={"cache_dir": str(workdir / "mteb-cache")})
+def score(
+    encoder: SentenceEncoder, settings: MtebParams, tasks: Sequence[str], label: str, workdir: Path
+) -> dict:
+    """The results of ``encoder`` on ``tasks`` under ``settings``, computed afresh (mteb's
+    result cache in ``workdir``, empty; each task is encoded and scored on its own)."""
+    fresh = settings.model_copy(
+        update={"tasks": tuple(tasks), "cache_dir": str(workdir / "mteb-cache")}
+    )
     return evaluate_encoder(encoder, label, fresh)
 
 
@@ -224,9 +241,29 @@ def mismatches(record: dict[str, Any], settings: MtebParams) -> list[str]:
     ]
 
 
-def task_results(record: dict[str, Any]) -> dict[str, Any]:
-    """A results record's scores per task, without where and how fast each ran."""
-    return {
-        name: {key: entry.get(key) for key in COMPARED_TASK_FIELDS}
-        for name, entry in record.get("tasks", {}).items()
+def comparable(record: dict[str, Any], tasks: Sequence[str]) -> dict[str, Any]:
+    """What of ``record`` scoring ``tasks`` alone gives: every key but ``UNCOMPARED``, with
+    the per-task parts cut to ``tasks`` (each task's entry without ``UNCOMPARED_TASK_FIELDS``)
+    and the data's source without whether the hub was reachable."""
+    part = without(record, UNCOMPARED)
+    part["encoder"] = without(record.get("encoder", {}), ENCODER_IDENTITY_KEYS)
+    # whether the hub could be reached where it ran: a sampled hub task offline is skipped
+    part["data"] = without(record.get("data", {}), ("hub_offline",))
+    part["tasks"] = {
+        name: without(entry, UNCOMPARED_TASK_FIELDS)
+        for name, entry in only(record.get("tasks", {}), tasks).items()
     }
+    for key in ("requested", "evaluated"):
+        part[key] = [name for name in record.get(key, ()) if name in tasks]
+    part["skipped"] = only(record.get("skipped", {}), tasks)
+    return part
+
+
+def recomputed_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's means (overall, per category) and completeness as the current code
+    computes them from the record's task results."""
+    from stages.mteb_protocol.benchmark import score_summary
+
+    return score_summary(
+        record.get("requested", ()), record.get("tasks", {}), record.get("skipped", {})
+    )

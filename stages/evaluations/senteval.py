@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any
 from stages.core.cli import add_target_arguments, parse_target_arguments, parser, positive_int
 from stages.core.errors import StageError
 from stages.core.identity.experiments import plan_experiments
+from stages.core.planning.carry_over import ENCODER_IDENTITY_KEYS, only, without
 from stages.core.schema.data_check import verify_workspace_data
 from stages.core.schema.evaluation_settings import (
-    SENTEVAL_STS_TASKS,
     SENTEVAL_TASKS,
-    SENTEVAL_TRANSFER_TASKS,
     SentEvalParams,
 )
 from stages.core.storage import layout
@@ -148,20 +147,63 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"wrote {output}" + ("" if results else " (the stored result of the same evaluation)"))
 
 
-# What ``cse carry-over`` asks of an evaluation (stages/commands/carry_over.py): a cheap sample
-# of its settings, its score under them, and a record's results per task, to compare exactly.
+# What ``cse carry-over`` asks of an evaluation (the contract: stages/evaluations/__init__.py):
+# a sample of its settings that reaches each of its code paths, its score under them, whether a
+# record computed what the settings would, the part of a record that scoring given tasks
+# determines, and the summary the current code computes from a record's task results.
+
+# One task per code path: an STS12-16 task (its subsets), STS-B or SICK-R (dev and test splits;
+# STS-B also gives alignment and uniformity), a binary transfer task (SentEval's inner k-fold;
+# the cheapest first), SST2 (its train/dev/test split), TREC (k-fold with a test set) and MRPC
+# (pair features, k-fold, F1).
+SAMPLED_PATHS = (
+    ("STS12", "STS13", "STS14", "STS15", "STS16"),
+    ("STSBenchmark", "SICKRelatedness"),
+    ("CR", "SUBJ", "MPQA", "MR"),
+    ("SST2",),
+    ("TREC",),
+    ("MRPC",),
+)
+# What a record holds besides what its tasks' scoring gives: timings, environment, its ids.
+UNCOMPARED = ("timings", "environment", "evaluation_id", "carried_over")
 
 
-def sample(settings: SentEvalParams) -> SentEvalParams:
-    """The first STS task and the first transfer task the settings score."""
-    sts = [t for t in settings.tasks if t in SENTEVAL_STS_TASKS][:1]
-    transfer = [t for t in settings.tasks if t in SENTEVAL_TRANSFER_TASKS][:1]
-    return settings.model_copy(update={"tasks": (*sts, *transfer)})
+def sample(settings: SentEvalParams) -> tuple[str, ...]:
+    """The first task of each code path the settings score (``SAMPLED_PATHS``), in their order."""
+    chosen = [
+        next(task for task in path if task in settings.tasks)
+        for path in SAMPLED_PATHS
+        if any(task in settings.tasks for task in path)
+    ]
+    return tuple(task for task in settings.tasks if task in chosen)
 
 
-def score(encoder: SentenceEncoder, settings: SentEvalParams, label: str, workdir: Path) -> dict:
-    """The results of ``encoder`` under ``settings``, encoded afresh (no embedding cache)."""
-    return evaluate_encoder(encoder, settings, cache_dir=None)
+def score(
+    encoder: SentenceEncoder,
+    settings: SentEvalParams,
+    tasks: Sequence[str],
+    label: str,
+    workdir: Path,
+) -> dict:
+    """The results of ``encoder`` on ``tasks`` as the evaluation under ``settings`` scores
+    them, computed afresh: with the distinct encoding a sentence is encoded with the first task
+    that has it, in a batch of that task's sentences, so the tasks of ``settings`` up to the
+    last of ``tasks`` are encoded first, in order (not scored), into a cache in ``workdir``
+    that ``tasks`` are then read from."""
+    from stages.senteval_protocol.cache import EmbeddingCache
+    from stages.senteval_protocol.embeddings import EmbeddingTable
+    from stages.senteval_protocol.loaders import load_task
+
+    sampled = settings.model_copy(update={"tasks": tuple(tasks)})
+    if settings.encoding != "distinct":  # SentEval's batches: each task's own
+        return evaluate_encoder(encoder, sampled, cache_dir=None)
+    cache = EmbeddingCache(workdir, encoder.fingerprint)
+    table = EmbeddingTable(encoder, None, cache, empty_sentence="")  # as the protocol's
+    downstream = downstream_dir(settings.data_dir)
+    last = max(settings.tasks.index(task) for task in tasks)
+    for name in settings.tasks[: last + 1]:
+        table.add(name, load_task(downstream, name).texts)
+    return evaluate_encoder(encoder, sampled, cache_dir=workdir)
 
 
 def mismatches(record: dict[str, Any], settings: SentEvalParams) -> list[str]:
@@ -185,6 +227,28 @@ def mismatches(record: dict[str, Any], settings: SentEvalParams) -> list[str]:
     ]
 
 
-def task_results(record: dict[str, Any]) -> dict[str, Any]:
-    """A results record's scores per task (its timings are elsewhere)."""
-    return record.get("tasks", {})
+def comparable(record: dict[str, Any], tasks: Sequence[str]) -> dict[str, Any]:
+    """What of ``record`` scoring ``tasks`` alone gives: every key but ``UNCOMPARED``, with
+    the per-task parts (results, table rows, data files, alignment and uniformity from STS-B
+    dev) cut to ``tasks`` and the averages left to ``recomputed_summary``."""
+    part = without(record, UNCOMPARED)
+    part["encoder"] = without(record.get("encoder", {}), ENCODER_IDENTITY_KEYS)
+    part["tasks"] = only(record.get("tasks", {}), tasks)
+    summary = record.get("summary", {})
+    part["summary"] = {table: only(summary.get(table, {}), tasks) for table in ("sts", "transfer")}
+    protocol = without(record.get("protocol", {}), ("tasks",))
+    data = protocol.get("data", {})
+    protocol["data"] = {**data, "files": only(data.get("files", {}), tasks)}
+    protocol["sts_years"] = only(protocol.get("sts_years", {}), tasks)
+    part["protocol"] = protocol
+    if "STSBenchmark" not in tasks:
+        part.pop("alignment_uniformity", None)
+    return part
+
+
+def recomputed_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's summary (the report's table rows and their averages) as the current code
+    computes it from the record's task results."""
+    from stages.senteval_protocol.protocol import _summary
+
+    return {"summary": _summary(record.get("tasks", {}))}

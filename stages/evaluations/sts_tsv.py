@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from stages.core.cli import add_target_arguments, parse_target_arguments, parser
 from stages.core.errors import StageError
 from stages.core.identity.experiments import plan_experiments
+from stages.core.planning.carry_over import ENCODER_IDENTITY_KEYS, only, without
 from stages.core.schema.evaluation_settings import StsTsvParams
 from stages.core.storage.hashing import sha256_of
 from stages.evaluations.results import project_params, run_evaluation, target_from_arguments
@@ -96,10 +97,15 @@ def score_files(encoder: SentenceEncoder, files: dict[str, str]) -> dict[str, An
             name: {**scored[name], "file": task.files[0].path, "sha256": task.files[0].sha256}
             for name, task in tasks.items()
         },
-        "scores": {
-            name: {"spearman": result["spearman"], "pearson": result["pearson"]}
-            for name, result in scored.items()
-        },
+        "scores": report_scores(scored),
+    }
+
+
+def report_scores(tasks: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """``scores``, what the report reads: each task's Spearman and Pearson."""
+    return {
+        name: {"spearman": result["spearman"], "pearson": result["pearson"]}
+        for name, result in tasks.items()
     }
 
 
@@ -133,19 +139,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"wrote {output}" + ("" if results else " (the stored result of the same evaluation)"))
 
 
-# What ``cse carry-over`` asks of an evaluation (stages/commands/carry_over.py): a cheap sample
-# of its settings, its score under them, and a record's results per task, to compare exactly.
+# What ``cse carry-over`` asks of an evaluation (the contract: stages/evaluations/__init__.py):
+# a sample of its settings that reaches each of its code paths, its score under them, whether a
+# record computed what the settings would, the part of a record that scoring given tasks
+# determines, and the summary the current code computes from a record's task results.
+
+# What a record holds besides what its tasks' scoring gives: environment, its ids, the summary.
+UNCOMPARED = ("environment", "evaluation_id", "carried_over", "scores")
 
 
-def sample(settings: StsTsvParams) -> StsTsvParams:
-    """The first file."""
-    first = next(iter(settings.files.items()))
-    return settings.model_copy(update={"files": dict([first])})
+def sample(settings: StsTsvParams) -> tuple[str, ...]:
+    """The first file (every file takes the one code path)."""
+    return (next(iter(settings.files)),)
 
 
-def score(encoder: SentenceEncoder, settings: StsTsvParams, label: str, workdir: Path) -> dict:
-    """The results of ``encoder`` on the settings' files."""
-    return score_files(encoder, settings.files)
+def score(
+    encoder: SentenceEncoder,
+    settings: StsTsvParams,
+    tasks: Sequence[str],
+    label: str,
+    workdir: Path,
+) -> dict:
+    """The results of ``encoder`` on the files ``tasks`` (each encoded and scored on its own)."""
+    return score_files(encoder, {name: settings.files[name] for name in tasks})
 
 
 def mismatches(record: dict[str, Any], settings: StsTsvParams) -> list[str]:
@@ -159,6 +175,16 @@ def mismatches(record: dict[str, Any], settings: StsTsvParams) -> list[str]:
     return [] if recorded == planned else [f"files: {sorted(recorded)}, not {sorted(planned)}"]
 
 
-def task_results(record: dict[str, Any]) -> dict[str, Any]:
-    """A results record's scores per file."""
-    return record.get("tasks", {})
+def comparable(record: dict[str, Any], tasks: Sequence[str]) -> dict[str, Any]:
+    """What of ``record`` scoring the files ``tasks`` alone gives: every key but
+    ``UNCOMPARED``, the tasks cut to ``tasks``."""
+    part = without(record, UNCOMPARED)
+    part["encoder"] = without(record.get("encoder", {}), ENCODER_IDENTITY_KEYS)
+    part["tasks"] = only(record.get("tasks", {}), tasks)
+    return part
+
+
+def recomputed_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's ``scores`` (what the report reads) as the current code takes them from its
+    task results."""
+    return {"scores": report_scores(record.get("tasks", {}))}

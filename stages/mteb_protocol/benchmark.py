@@ -142,14 +142,6 @@ def summarize(
     """The results JSON: per task, per category (mteb's task type) and overall means."""
     import mteb
 
-    by_category: dict[str, list[float]] = {}
-    requested_per_category: dict[str, int] = {}
-    for name in requested:
-        category = mteb.get_task(name).metadata.type
-        requested_per_category[category] = requested_per_category.get(category, 0) + 1
-        if name in evaluated:
-            by_category.setdefault(category, []).append(evaluated[name]["main_score"])
-    scores = [row["main_score"] for row in evaluated.values()]
     texts = sum(row["texts_encoded"] for row in evaluated.values())
     encode_s = sum(row["encode_s"] for row in evaluated.values())
     meta = model.mteb_model_meta
@@ -157,16 +149,7 @@ def summarize(
         "mteb_version": mteb.__version__,
         "encoder": model.describe(),
         "scale": "mteb main score x 100",
-        "average": float(np.mean(scores)),
-        "categories": {
-            category: {
-                "mean": float(np.mean(values)),
-                "tasks": len(values),
-                "requested": requested_per_category[category],
-            }
-            for category, values in by_category.items()
-        },
-        "complete": not skipped,
+        **score_summary(requested, evaluated, skipped),
         "requested": list(requested),
         "evaluated": list(evaluated),
         "skipped": skipped,
@@ -182,6 +165,34 @@ def summarize(
             "texts_per_s": texts / encode_s if encode_s > 0 else None,
         },
         "mteb_results_dir": str(cache_path / "results" / meta.model_name_as_path() / meta.revision),
+    }
+
+
+def score_summary(
+    requested: Sequence[str], evaluated: dict[str, dict[str, Any]], skipped: dict[str, str]
+) -> dict[str, Any]:
+    """The means the report reads: over every evaluated task (``average``) and per category
+    (mteb's task type), and whether every requested task was evaluated (``complete``)."""
+    import mteb
+
+    by_category: dict[str, list[float]] = {}
+    requested_per_category: dict[str, int] = {}
+    for name in requested:
+        category = mteb.get_task(name).metadata.type
+        requested_per_category[category] = requested_per_category.get(category, 0) + 1
+        if name in evaluated:
+            by_category.setdefault(category, []).append(evaluated[name]["main_score"])
+    return {
+        "average": float(np.mean([row["main_score"] for row in evaluated.values()])),
+        "categories": {
+            category: {
+                "mean": float(np.mean(values)),
+                "tasks": len(values),
+                "requested": requested_per_category[category],
+            }
+            for category, values in by_category.items()
+        },
+        "complete": not skipped,
     }
 
 

@@ -37,6 +37,12 @@ def is_complete(folder: Path) -> bool:
     return folder.is_dir() and not missing_files(folder)
 
 
+def is_stored_run(folder: Path) -> bool:
+    """A complete run folder named as the run its config.json records (a copy staged under
+    another name, or a folder renamed by hand, is no stored run)."""
+    return is_complete(folder) and (read_config(folder) or {}).get("run_id") == folder.name
+
+
 def read_config(folder: Path) -> dict[str, Any] | None:
     try:
         return json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
