@@ -278,7 +278,9 @@ def complete_run(folder: Path, experiment: str) -> None:
     for rel in RUN_FILES:
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(f"{rel} of {folder.name}")
-    (folder / "config.json").write_text(json.dumps({"experiment": experiment}))
+    (folder / "config.json").write_text(
+        json.dumps({"run_id": folder.name, "experiment": experiment})
+    )
 
 
 def test_the_runs_commands_list_push_pull_verify_and_gc(

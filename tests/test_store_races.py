@@ -66,7 +66,9 @@ def complete_run(folder: Path) -> Path:
     for rel in RUN_FILES:
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(f"{rel} of {folder.name}")
-    (folder / "config.json").write_text(json.dumps({"experiment": EXPERIMENT}))
+    (folder / "config.json").write_text(
+        json.dumps({"run_id": folder.name, "experiment": EXPERIMENT})
+    )
     return folder
 
 
@@ -239,3 +241,17 @@ def test_gc_and_push_leave_a_run_whose_lease_another_workspace_holds(
     commands.main(["gc", "--keep", "params.yaml", "--yes"])  # the lease given back
     assert "deleted 1 run(s)" in capsys.readouterr().out
     assert SharedStore(url, SETTINGS).run_ids() == []
+
+
+def test_push_publishes_no_folder_named_other_than_its_run(url: str, workspace: Path, capsys):
+    """A complete copy under another name (``<id>.carrying`` left by a killed carry-over of an
+    older version, a folder renamed by hand) is no stored run: push leaves it."""
+    run = complete_run(workspace / "runs" / ("d" * 16))
+    leftover = workspace / "runs" / f"{run.name}.carrying"
+    complete_run(leftover)
+    (leftover / "config.json").write_text(
+        json.dumps({"run_id": run.name, "experiment": EXPERIMENT})
+    )
+    commands.main(["push"])
+    assert capsys.readouterr().out == f"published {run.name} ({EXPERIMENT})\n"
+    assert SharedStore(url, SETTINGS).run_ids() == [run.name]

@@ -25,7 +25,7 @@ from stages.core.errors import StageError
 from stages.core.identity.experiments import plan_experiments
 from stages.core.schema.params import DEFAULT_PARAMS, load_params
 from stages.core.storage import layout
-from stages.core.storage.run_folders import is_complete, read_config
+from stages.core.storage.run_folders import is_complete, is_stored_run, read_config
 from stages.core.storage.run_lock import RunLocked
 from stages.core.storage.shared_store import (
     LEFTOVER_AGE_S,
@@ -124,7 +124,8 @@ def push(store: SharedStore) -> None:
     """Publish the complete local runs the store lacks; upload again the files a listed run
     lost. A run whose lease another workspace holds (training or publishing it) is left to it."""
     stored = set(store.run_ids())
-    local = sorted(p for p in layout.RUNS.glob("*") if p.is_dir() and is_complete(p))
+    # a folder named as the run its config.json records: a staged or hand-renamed copy is no run
+    local = sorted(p for p in layout.RUNS.glob("*") if p.is_dir() and is_stored_run(p))
     left: list[str] = []
     for folder in local:
         experiment = (read_config(folder) or {}).get("experiment", "?")

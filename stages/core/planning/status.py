@@ -19,7 +19,7 @@ from stages.core.planning.evaluation_store import stored_evaluation
 from stages.core.planning.train_pointer import pointed_run_id
 from stages.core.schema.evaluation_settings import output_file
 from stages.core.storage import layout
-from stages.core.storage.atomic import rename_durably, write_json
+from stages.core.storage.atomic import rename_durably, temporary_beside, write_json
 from stages.core.storage.run_folders import (
     CONFIG_FILE,
     environment_summary,
@@ -153,15 +153,17 @@ def adopt_legacy_run(plan: Plan, name: str) -> str:
     legacy = legacy_run_for(run)
     if legacy is None:
         raise StageError(f"{name}: no run made before code identity matches its settings")
-    staging = run.run_dir.with_name(run.run_id + ".adopting")
-    if staging.exists():
-        shutil.rmtree(staging)
-    shutil.copytree(legacy, staging, copy_function=os.link)
-    config = read_config(legacy) or {}
-    (staging / CONFIG_FILE).unlink()  # a hard link: rewriting it in place would edit the old run
-    write_json(
-        staging / CONFIG_FILE,
-        {**config, **run.config(), "adopted_from": legacy.name, "code": "unknown"},
-    )
-    rename_durably(staging, run.run_dir)
+    # staged in this process's own temporary, which no reader takes for a run and a later
+    # command removes if this one is killed
+    with temporary_beside(run.run_dir) as scratch:
+        staging = scratch / run.run_id
+        shutil.copytree(legacy, staging, copy_function=os.link)
+        config = read_config(legacy) or {}
+        # a hard link: rewriting it in place would edit the old run
+        (staging / CONFIG_FILE).unlink()
+        write_json(
+            staging / CONFIG_FILE,
+            {**config, **run.config(), "adopted_from": legacy.name, "code": "unknown"},
+        )
+        rename_durably(staging, run.run_dir)
     return f"{name}: adopted {legacy.name} as {run.run_id} (code unknown; {legacy} is kept)"
