@@ -62,13 +62,13 @@ def test_the_figures_stage_edited_while_it_runs_writes_no_folder(
     params.write_text((REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path / "analyses"
 
-    def edited_while_computing(settings):
+    def edited_while_computing(stage):
         raw = yaml.safe_load(params.read_text(encoding="utf-8"))
         raw["figures"] = {**raw.get("figures", {}), "seed": 7}
         params.write_text(yaml.safe_dump(raw), encoding="utf-8")
         return []
 
-    monkeypatch.setattr(figures_stage, "figures", edited_while_computing)
+    monkeypatch.setattr(figures_stage, "drawn_by", edited_while_computing)
     with pytest.raises(InputChanged, match=rf"^{params} changed .*: {out} was not written"):
         figures_stage.main(["--params", str(params), "--out", str(out)])
     assert list(tmp_path.iterdir()) == [params]
