@@ -8,11 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from train_helpers import TINY
 
-from stages.core.schema.params import load_params
+from stages.core.schema.params import POOLERS, load_params
 from stages.masked_triplets.file_format import write_triplets
 from stages.masked_triplets.masking import MaskingTokenizer, generate_triplets
+from stages.modeling.backbone import load_backbone
 from stages.training.batch import make_batch
+from stages.training.contrastive_model import ContrastiveModel
 from stages.training.data import (
     LAYOUT_MULTIPLE,
     BatchPlan,
@@ -60,6 +64,24 @@ def test_triplets_longer_than_max_seq_length_take_their_own_layout(unpad: bool) 
         assert batch.packing.length == 32 and batch.triplet_packing.length == 64
     eager = make_batch(corpus, plan, pool, 0, 0, 0, EAGER, unpad=unpad, max_length=32)
     assert eager.ids.shape == (4, 22) and eager.triplet_ids.shape == (12, 58)
+
+
+@pytest.mark.parametrize("unpad", [False, True])
+@pytest.mark.parametrize("pooler", POOLERS)
+def test_the_longer_layout_embeds_as_dynamic_padding(pooler: str, unpad: bool) -> None:
+    """The rounding's padding is masked out: both forwards embed a batch laid out under fixed
+    shapes as they embed it dynamically padded (no dropout: its masks follow the layout)."""
+    encoder = load_backbone(TINY, seed=0, dropout=0.0)
+    model = ContrastiveModel(encoder, pooler, unpad=unpad)
+    corpus = TokenRows.from_lists([[101, *range(2000, 2000 + n), 102] for n in (3, 9, 20, 18)])
+    plan = BatchPlan(len(corpus), batch_size=4, seed=0)
+    embedded, lengths = [], []
+    for runtime in (GRAPHS, EAGER):
+        batch = make_batch(corpus, plan, None, 0, 0, 0, runtime, unpad=unpad, max_length=512)
+        embedded.append(model.embed(batch.ids, batch.mask, batch.packing))
+        lengths.append(batch.ids.shape[1])
+    assert lengths == [32, 22]
+    torch.testing.assert_close(embedded[0], embedded[1], rtol=1e-5, atol=1e-5)
 
 
 def test_a_short_batch_is_not_laid_out_at_max_seq_length() -> None:
