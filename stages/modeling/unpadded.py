@@ -170,11 +170,12 @@ class Packing:
     oneDNN too (``stages.modeling.cpu_linear``).
 
     CUDA graphs replay a graph recorded for exactly one shape of every tensor (``train.compile:
-    reduce-overhead``): there the layout is padded to ``max_seq_length`` and ``fixed_shapes``
-    makes every index tensor's size depend only on the layout and the bucket (at least one filler
-    row; ``padding`` and ``fillers`` filled up to their largest size with repeats of an entry,
-    which the in-place fills they serve write twice with the same value; only a batch without any
-    padding differs), so a graph recorded for one bucket replays for every batch in it.
+    reduce-overhead``): there the batch comes laid out at one of a few lengths (its longest row
+    rounded up, ``stages.training.batch``) and ``fixed_shapes`` makes every index tensor's size
+    depend only on the layout and the bucket (at least one filler row; ``padding`` and
+    ``fillers`` filled up to their largest size with repeats of an entry, which the in-place
+    fills they serve write twice with the same value; only a batch without any padding differs),
+    so a graph recorded for one (layout, bucket) replays for every batch in it.
     """
 
     indices: torch.Tensor

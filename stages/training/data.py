@@ -161,6 +161,19 @@ def load_tokenized_corpus(
 
 # --- batches ----------------------------------------------------------------------------------
 
+# Under fixed shapes (CUDA graphs replay a graph recorded for one shape) a batch is laid out at a
+# multiple of this many tokens: SimCSE's 32 is one layout, ArcCSE's 512 at most 16, and the
+# rounding adds fewer than this many padding positions to a row.
+LAYOUT_MULTIPLE = 32
+
+
+def fixed_layout_length(longest: int, limit: int | None) -> int:
+    """The length a batch whose longest row holds ``longest`` tokens is laid out at under fixed
+    shapes: rounded up to a multiple of ``LAYOUT_MULTIPLE``, at most ``limit`` (the length its
+    rows are truncated at; None: no limit)."""
+    rounded = -(-max(longest, 1) // LAYOUT_MULTIPLE) * LAYOUT_MULTIPLE
+    return rounded if limit is None else min(rounded, limit)
+
 
 def pad_rows(
     rows: Sequence[np.ndarray], pad_id: int, length: int | None = None
