@@ -10,10 +10,12 @@ so the training code itself has no device branches and runs unchanged on CPU and
   and upcast their inputs themselves);
 - pinned host buffers and non-blocking host-to-device copies on CUDA only;
 - compile ``auto`` (``resolve_compile``): only what a GPU has measured, the padded forward
-  under CUDA graphs for one GPU process without gradient accumulation or
-  ``embedding_chunk_size``, eager elsewhere; an explicit ``reduce-overhead`` with the unpadded
-  forward packs each step into one of a few fixed shapes (``fixed_shapes``: the layout padded
-  to ``max_seq_length``, the packed rows rounded up to a multiple of ``GRAPH_ROWS_MULTIPLE``).
+  under CUDA graphs for one GPU process without gradient accumulation,
+  ``embedding_chunk_size`` or a part no GPU ran under graphs (``unmeasured_under_graphs``),
+  eager elsewhere. Under graphs (``fixed_shapes``) a batch is laid out at its longest row
+  rounded up to a multiple of ``data.LAYOUT_MULTIPLE`` (views up to ``max_seq_length``,
+  triplets up to their own truncation length); the unpadded forward also rounds its packed rows
+  up to a multiple of ``GRAPH_ROWS_MULTIPLE``.
 """
 
 from __future__ import annotations

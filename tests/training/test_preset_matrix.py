@@ -1,7 +1,9 @@
 """Every method of params.yaml and of every preset (grid points included) trains two updates on a
-tiny random-init encoder, with the runtime one GPU resolves to: fixed shapes (CUDA graphs) with
-``torch.compile`` a pass-through, both forwards (padded, and unpadded where the family has a
-packed layout). What only the GPU path meets (ArcCSE's triplets longer than max_seq_length,
+tiny random-init encoder, with the runtime one GPU resolves its ``compile`` to
+(``runtime.resolve_compile``: padded CUDA graphs or eager), and with the CUDA graphs an explicit
+``compile: reduce-overhead`` runs wherever the params allow one (both forwards: padded, and
+unpadded where the family has a packed layout); fixed shapes with ``torch.compile`` a
+pass-through. What only the GPU path meets (ArcCSE's triplets longer than max_seq_length,
 SAM's second pass over fixed layouts, the poolers and heads) fails here, on the CPU, before a
 GPU hour is spent. Each configuration keeps its objective, temperature, triplet settings, SAM,
 accumulation, pooler, head and lengths; batches are capped at ``BATCH_CAP`` sentences and
@@ -36,7 +38,12 @@ from stages.training import loop
 from stages.training.batch import Batch, make_batch
 from stages.training.data import LAYOUT_MULTIPLE
 from stages.training.job import TrainJob, standalone_run
-from stages.training.runtime import CompileMode
+from stages.training.runtime import (
+    CompileChoice,
+    CompileMode,
+    resolve_compile,
+    unmeasured_under_graphs,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -60,13 +67,6 @@ CORPUS = 2 * UPDATES * UPDATE_CAP  # lines of the corpus head
 # The corpus head's sentences are short: triplets from 8 words on, so that some are longer than
 # a max_seq_length of 32 (the triplets stage's own code, each method's masking settings).
 TRIPLET_MIN_WORDS = 8
-
-
-def compile_on_one_gpu(train: TrainParams) -> CompileMode:
-    """What ``train.compile: auto`` resolves to for one process on a GPU: eager with gradient
-    accumulation or ``embedding_chunk_size``, else CUDA graphs (fixed shapes)."""
-    eager = train.gradient_accumulation_steps > 1 or train.embedding_chunk_size is not None
-    return False if eager else "reduce-overhead"
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ class Configuration:
 
 
 def shrunk(train: TrainParams) -> TrainParams:
-    """``train`` on the CPU for a few updates of at most ``BATCH_CAP`` sentences, compiled as
-    one GPU would compile it; everything else as the params file says."""
+    """``train`` on the CPU for a few updates of at most ``BATCH_CAP`` sentences; everything
+    else (``compile`` included) as the params file says."""
     cap = max(2, min(BATCH_CAP, UPDATE_CAP // train.gradient_accumulation_steps))
     update: dict[str, Any] = {
         "batch_size": min(train.batch_size, cap),
@@ -109,8 +109,7 @@ def shrunk(train: TrainParams) -> TrainParams:
         "precision": "fp32",
         "loggers": (),
     }
-    settings = TrainParams.model_validate({**train.model_dump(), **update})
-    return settings.model_copy(update={"compile": compile_on_one_gpu(settings)})
+    return TrainParams.model_validate({**train.model_dump(), **update})
 
 
 def matrix() -> list[Configuration]:
@@ -148,6 +147,42 @@ def matrix() -> list[Configuration]:
 
 
 MATRIX = matrix()
+
+
+def on_one_gpu(config: Configuration) -> CompileChoice:
+    """``train.compile`` as the trainer resolves it for one process on a GPU."""
+    train = config.train
+    return resolve_compile(
+        train.compile,
+        torch.device("cuda"),
+        processes=1,
+        chunked=train.embedding_chunk_size is not None,
+        accumulation_steps=train.gradient_accumulation_steps,
+        unpad=train.unpad,
+        unmeasured=unmeasured_under_graphs(
+            sam=train.sam.enabled,
+            triplets=config.objective.needs_triplets,
+            gradient_checkpointing=train.gradient_checkpointing,
+        ),
+    )
+
+
+def executions(config: Configuration) -> list[tuple[str, CompileMode, bool]]:
+    """(label, compile, unpad) of each way one GPU may run ``config``: what its ``compile``
+    resolves to, then the CUDA graphs of an explicit ``compile: reduce-overhead`` with each
+    forward, where the params allow it (not with accumulation or ``embedding_chunk_size``)."""
+    resolved = on_one_gpu(config)
+    ways = [(f"resolved-{resolved.mode}", resolved.mode, resolved.unpad)]
+    train = config.train
+    if train.gradient_accumulation_steps == 1 and train.embedding_chunk_size is None:
+        for unpad in (False, True):
+            if (resolved.mode, resolved.unpad) != ("reduce-overhead", unpad):
+                forward = "unpadded" if unpad else "padded"
+                ways.append((f"graphs-{forward}", "reduce-overhead", unpad))
+    return ways
+
+
+CASES = [(config, *way) for config in MATRIX for way in executions(config)]
 
 
 @pytest.fixture(scope="module")
@@ -211,11 +246,12 @@ def layouts_met(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int | None]]
 
 
 def train_two_updates(
-    config: Configuration, unpad: bool, backbone: BackboneParams, triplets: Path | None,
-    corpus: Path, out: Path, token_cache: Path
+    config: Configuration, compile: CompileMode, unpad: bool, backbone: BackboneParams,
+    triplets: Path | None, corpus: Path, out: Path, token_cache: Path
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Two updates of ``config`` in ``out``; the log's train records."""
-    train = config.train.model_copy(update={"unpad": unpad})
+    """Two updates of ``config`` in ``out`` as ``compile`` and ``unpad`` say; the log's train
+    records."""
+    train = config.train.model_copy(update={"compile": compile, "unpad": unpad})
     run = standalone_run(
         train, backbone, corpus, name=config.used_by[0], backbone_name=config.family,
         temperature=config.temperature, triplets=triplets,
@@ -225,11 +261,13 @@ def train_two_updates(
     return [r for r in read_log(out / "log.jsonl") if r["event"] == "train"]
 
 
-def assert_fixed_layouts(config: Configuration, met: list[tuple[int, int | None]]) -> None:
+def assert_fixed_layouts(
+    config: Configuration, compile: CompileMode, met: list[tuple[int, int | None]]
+) -> None:
     """Under fixed shapes the views came in layouts of ``LAYOUT_MULTIPLE`` (or max_seq_length);
     short views met triplets longer than them."""
     length = config.train.max_seq_length
-    if config.train.compile == "reduce-overhead":
+    if compile == "reduce-overhead":
         views = {v for v, _ in met}
         assert all(v % LAYOUT_MULTIPLE == 0 or v == length for v in views), views
     if config.triplets is not None and length < 2 * LAYOUT_MULTIPLE:
@@ -241,27 +279,32 @@ def pass_through(model: Any = None, **settings: Any) -> Any:
     return model
 
 
-@pytest.mark.parametrize("unpad", [False, True], ids=["padded", "unpadded"])
-@pytest.mark.parametrize("config", MATRIX, ids=[c.used_by[0] for c in MATRIX])
+@pytest.mark.parametrize(
+    ("config", "way", "compile", "unpad"),
+    CASES,
+    ids=[f"{config.used_by[0]}-{way}" for config, way, *_ in CASES],
+)
 def test_every_preset_configuration_trains_under_the_runtime_of_one_gpu(
-    config: Configuration, unpad: bool, backbones, triplet_files, matrix_corpus: Path,
-    token_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    config: Configuration, way: str, compile: CompileMode, unpad: bool, backbones,
+    triplet_files, matrix_corpus: Path, token_cache: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:  # fmt: skip
     monkeypatch.setattr(torch, "compile", pass_through)
     met = layouts_met(monkeypatch)
     triplets = triplet_files(config.triplets) if config.triplets else None
     backbone = backbones[config.family]
     records = train_two_updates(
-        config, unpad, backbone, triplets, matrix_corpus, tmp_path / "run", token_cache
+        config, compile, unpad, backbone, triplets, matrix_corpus, tmp_path / "run", token_cache
     )
     assert [r["step"] for r in records] == list(range(1, UPDATES + 1))
-    assert_fixed_layouts(config, met)
+    assert_fixed_layouts(config, compile, met)
 
 
 # Under inductor itself (C++ kernels on the CPU, a minute or two a configuration on two cores):
-# ArcCSE's smoke run (SAM, triplets outgrowing max_seq_length 32) padded, as ``auto`` runs it on
-# a GPU, and RoBERTa with paper 002's head and frozen embeddings unpadded, with the dropout a GPU
-# runs (``padded_dropout``).
+# ArcCSE's smoke run (SAM, triplets outgrowing max_seq_length 32) padded under explicit graphs
+# (``auto`` runs it eagerly: SAM and triplets are unmeasured under graphs), and RoBERTa with
+# paper 002's head and frozen embeddings unpadded, with the dropout a GPU runs
+# (``padded_dropout``).
 INDUCTOR = {
     "presets/smoke.yaml:arccse@tiny-bert": False,
     "presets/unified_gradient.yaml:align_mhe_modified@roberta-base": True,
@@ -287,7 +330,6 @@ def test_a_few_preset_configurations_train_under_inductor(
     token_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # fmt: skip
     (config,) = [c for c in MATRIX if name in c.used_by]
-    assert config.train.compile == "reduce-overhead"
     if unpad:  # the dropout a GPU runs
         monkeypatch.setattr(unpadded, "_launch_bound", lambda device: True)
     torch._dynamo.reset()
@@ -295,10 +337,10 @@ def test_a_few_preset_configurations_train_under_inductor(
     met = layouts_met(monkeypatch)
     triplets = triplet_files(config.triplets) if config.triplets else None
     records = train_two_updates(
-        config, unpad, backbones[config.family], triplets, matrix_corpus, tmp_path / "run",
-        token_cache,
+        config, "reduce-overhead", unpad, backbones[config.family], triplets, matrix_corpus,
+        tmp_path / "run", token_cache,
     )  # fmt: skip
     assert len(records) == UPDATES and all(math.isfinite(r["loss"]) for r in records)
-    assert_fixed_layouts(config, met)
+    assert_fixed_layouts(config, "reduce-overhead", met)
     frames = torch._dynamo.utils.counters["frames"]
     assert frames["ok"] >= 1 and frames["total"] == frames["ok"], dict(frames)
