@@ -6,8 +6,8 @@ seed) cell of ``experiments`` in params.yaml, trained; or a ``Baseline``, an unt
 A run carries its settings, its identity and id, and every path it reads or writes. Its id hashes
 everything that determines its result:
 
-- the method's objective, temperature schedule and train settings on that backbone (execution-only
-  train keys left out), the backbone and its revision, the seed;
+- the method's objective, temperature schedule and train settings on that backbone, as their
+  fields' id markers say (``stages.core.schema.id_markers``), the backbone by content, the seed;
 - the data by content: the corpus and STS-B dev (checkpoint selection) by sha256, the masked
   triplets by their own id (which covers the masking code);
 - the code: the fingerprint of every source file training runs (``code_identity``), including
@@ -34,6 +34,7 @@ from stages.core.identity.code import code_files, code_identity
 from stages.core.identity.environment import id_environment
 from stages.core.schema.data_manifest import load_manifest
 from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.core.schema.id_markers import identity_settings
 from stages.core.schema.objective_settings import OBJECTIVES, ObjectiveSettings
 from stages.core.schema.params import (
     PACKAGE_PREFIX,
@@ -46,21 +47,6 @@ from stages.core.schema.params import (
 from stages.core.storage import layout
 from stages.core.storage.hashing import folder_digest
 
-# Settings that change how a run executes but not what it computes; left out of the id.
-EXECUTION_ONLY_TRAIN_KEYS = frozenset(
-    {
-        "device",
-        "log_steps",
-        "checkpoint_steps",
-        "compile",
-        "unpad",
-        "loggers",
-        "embedding_chunk_size",
-    }
-)
-# Train settings added after runs were stored: in the id only when set to something other than
-# their default, so that every run trained without them keeps its identity (carry-over finds it).
-TRAIN_KEYS_IN_ID_WHEN_SET = frozenset({"dev_pooler", "head", "head_init_std", "freeze_embeddings"})
 # Bump only when the layout of the identity itself changes (code changes are covered by it).
 ID_SCHEMA = 2
 STSB_DEV = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"
@@ -108,9 +94,8 @@ def data_sha256(path: Path) -> str | None:
 def corpus_identity(params: Params) -> dict[str, Any]:
     """The training sentences, by content."""
     return {
-        "corpus": params.data.corpus,
+        **identity_settings(params.data),
         "sha256": data_sha256(layout.corpus_file(params.data.corpus)),
-        "max_sentences": params.data.max_sentences,
     }
 
 
@@ -148,7 +133,7 @@ def triplets_id(params: Params, backbone: str, method: str) -> str:
             "corpus": corpus_identity(params)["sha256"] or params.data.corpus,
             "tokenizer": f"{spec.model}@{spec.revision}",
             **local_model_files(spec),
-            "params": params.triplets_for(method).model_dump(mode="json"),
+            "params": identity_settings(params.triplets_for(method)),
             "code": code_identity(TRIPLETS_CODE),
             "environment": id_environment(params.identity.environment),
         }
@@ -232,13 +217,9 @@ class Run:
 
 
 def train_identity(train: TrainParams) -> dict[str, Any]:
-    """The train settings a run id covers: all but the execution-only keys, and the keys added
-    later (``TRAIN_KEYS_IN_ID_WHEN_SET``) only where they differ from their default."""
-    settings = train.model_dump(mode="json", exclude=set(EXECUTION_ONLY_TRAIN_KEYS))
-    for key in TRAIN_KEYS_IN_ID_WHEN_SET:
-        if settings[key] == TrainParams.model_fields[key].default:
-            del settings[key]
-    return settings
+    """The train settings a run id covers, as their fields' id markers say: no execution-only
+    key, and a key added later only where it is not at its frozen ``absent`` value."""
+    return identity_settings(train)
 
 
 def make_run(
@@ -255,14 +236,13 @@ def make_run(
     memo = {} if code_memo is None else code_memo
     if modules not in memo:
         memo[modules] = code_identity(modules)
-    train = train_identity(settings.train)
     tid = triplets_id(params, backbone, method) if settings.objective.needs_triplets else None
     identity = {
         "id_schema": ID_SCHEMA,
-        "objective": settings.objective.model_dump(mode="json"),
+        "objective": identity_settings(settings.objective),
         "objective_derived": settings.objective.derived(),
-        "temperature": settings.temperature.model_dump(mode="json"),
-        "train": train,
+        "temperature": identity_settings(settings.temperature),
+        "train": train_identity(settings.train),
         "backbone": backbone_identity(params.backbones[backbone]),
         "seed": seed,
         "corpus": corpus_identity(params),
@@ -307,7 +287,7 @@ class Baseline:
     def evaluated_identity(self) -> dict[str, Any]:
         """What its evaluations score (part of their ids): the pooler and the backbone."""
         return {
-            "baseline": self.spec.model_dump(mode="json"),
+            "baseline": identity_settings(self.spec),
             "backbone": backbone_identity(self.backbone_spec),
         }
 
@@ -354,7 +334,7 @@ class Plan:
             {
                 "stage": evaluation,
                 "evaluated": experiment.evaluated_identity(),
-                "params": settings.model_dump(mode="json"),
+                "params": identity_settings(settings),
                 "data": content_hash(settings.data_identity()),
                 "code": code_identity(EVALUATIONS[evaluation].code_modules),
                 "environment": id_environment(self.params.identity.environment),
