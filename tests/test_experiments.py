@@ -176,7 +176,8 @@ PINS = Path(__file__).with_name("preset_id_pins.json")
 def preset_pins(path: Path) -> dict[str, dict[str, str]]:
     """What tests/preset_id_pins.json holds for a params file: each run's identity without its
     code (which every code change moves), its triplets id and its backbone; each backbone's
-    identity; each evaluation's params and data."""
+    identity without a package's content (new: issue 53, 8); each evaluation's params and
+    data."""
     params = load_params(path)
     plan = plan_experiments(params)
     runs = {
@@ -186,7 +187,8 @@ def preset_pins(path: Path) -> dict[str, dict[str, str]]:
         for name, run in plan.runs.items()
     }
     backbones = {
-        key: content_hash(backbone_identity(spec)) for key, spec in params.backbones.items()
+        key: content_hash({k: v for k, v in backbone_identity(spec).items() if k != "package"})
+        for key, spec in params.backbones.items()
     }
     evaluations = {}
     for name, experiment in plan.experiments.items():

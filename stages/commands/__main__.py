@@ -27,6 +27,11 @@ COMMANDS = {
         "verified reuse across a code change",
     ),
     "adopt": ("pipeline", "adopt EXPERIMENT", "reuse a run trained before code identity"),
+    "pin": (
+        "pin",
+        "pin [--update]",
+        "resolve the hub backbones' branches to commits in backbones.lock (online)",
+    ),
     "docs": ("pipeline", "docs", "regenerate README.md's table of the evaluations"),
     "store": ("store", "store list|pull|push|verify|gc", "the shared runs store"),
     "export": ("export", "export EXPERIMENT DIR", "a run's checkpoint as a model folder (Hub)"),

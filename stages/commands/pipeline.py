@@ -22,7 +22,7 @@ from stages.core.planning.estimates import (
     write_rates,
 )
 from stages.core.planning.jobs import DVC_YAML, build_jobs, check_dvc_yaml, code_manifests, dvc_yaml
-from stages.core.planning.status import adopt_legacy_run, status_rows
+from stages.core.planning.status import adopt_legacy_run, status_rows, unpinned_lines
 from stages.core.schema.evaluation_settings import with_evaluations_table
 from stages.core.schema.params import DEFAULT_PARAMS, load_params
 from stages.core.storage.atomic import write_json, write_text
@@ -76,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         machine = Machine(args.gpu or DEFAULT_GPU, args.gpu is not None or visible_gpus() > 0)
         print(f"dry run of {args.params}")
         print(format_dry_run(plan, dry_run(plan, args.params, machine), machine))
+        for line in unpinned_lines(plan):
+            print(line)
         # scipy and the published numbers: loaded for this command only
         from stages.reporting.seed_power import format_seed_power, seed_power
 
@@ -96,3 +98,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         print(f"status of {args.params}")
         print_table(status_rows(plan))
+        for line in unpinned_lines(plan):
+            print(line)

@@ -30,6 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from stages.core.errors import StageError
+from stages.core.identity.backbones import (
+    Lock,
+    backbone_content,
+    local_folder,
+    pinned_spec,
+    read_lock,
+    unpinned,
+)
 from stages.core.identity.code import code_files, code_identity
 from stages.core.identity.environment import id_environment
 from stages.core.schema.data_manifest import load_manifest
@@ -37,7 +45,6 @@ from stages.core.schema.evaluation_settings import EVALUATIONS
 from stages.core.schema.id_markers import identity_settings
 from stages.core.schema.objective_settings import OBJECTIVES, ObjectiveSettings
 from stages.core.schema.params import (
-    PACKAGE_PREFIX,
     BackboneParams,
     BaselineParams,
     Params,
@@ -45,7 +52,6 @@ from stages.core.schema.params import (
     TrainParams,
 )
 from stages.core.storage import layout
-from stages.core.storage.hashing import folder_digest
 
 # Bump only when the layout of the identity itself changes (code changes are covered by it).
 ID_SCHEMA = 2
@@ -106,33 +112,27 @@ def dev_set_identity() -> str | None:
 
 def local_model_folder(spec: BackboneParams) -> tuple[str, ...]:
     """The backbone's folder when it is a local one (a job dependency), else nothing."""
-    is_folder = not spec.model.startswith(PACKAGE_PREFIX) and Path(spec.model).is_dir()
-    return (spec.model,) if is_folder else ()
-
-
-def local_model_files(spec: BackboneParams) -> dict[str, str]:
-    """``{"files": digest}`` of a backbone that is a local folder, else nothing: a hub id with
-    its revision or an installed package names its files, but a folder can be overwritten in
-    place, so its path names nothing (``hashing.folder_digest``, cached by file stat)."""
-    folders = local_model_folder(spec)
-    return {"files": folder_digest(Path(folders[0]))} if folders else {}
+    folder = local_folder(spec)
+    return (spec.model,) if folder else ()
 
 
 def backbone_identity(spec: BackboneParams) -> dict[str, Any]:
-    """The backbone's settings, and a local folder's files by content."""
-    return {**spec.model_dump(mode="json"), **local_model_files(spec)}
+    """The backbone's settings (a hub revision pinned to its commit: ``pinned_spec``) and the
+    content they do not name (``backbones.backbone_content``)."""
+    return {**identity_settings(spec), **backbone_content(spec)}
 
 
-def triplets_id(params: Params, backbone: str, method: str) -> str:
+def triplets_id(params: Params, backbone: str, method: str, lock: Lock | None = None) -> str:
     """Content address of the masked-triplet file ``method``'s runs on ``backbone`` read: the
-    corpus, the tokenizer (model and revision), the method's triplets settings and the masking
-    code. Methods with the same settings share one file."""
-    spec = params.backbones[backbone]
+    corpus, the tokenizer (model and pinned revision, a folder's or package's files), the
+    method's triplets settings and the masking code. Methods with the same settings share one
+    file. ``lock``: backbones.lock's entries (None: read it)."""
+    spec = pinned_spec(params.backbones[backbone], read_lock() if lock is None else lock)
     return content_hash(
         {
             "corpus": corpus_identity(params)["sha256"] or params.data.corpus,
             "tokenizer": f"{spec.model}@{spec.revision}",
-            **local_model_files(spec),
+            **backbone_content(spec),
             "params": identity_settings(params.triplets_for(method)),
             "code": code_identity(TRIPLETS_CODE),
             "environment": id_environment(params.identity.environment),
@@ -228,22 +228,26 @@ def make_run(
     backbone: str,
     seed: int,
     code_memo: dict[tuple[str, ...], dict[str, str]] | None = None,
+    lock: Lock | None = None,
 ) -> Run:
     """The run of (method, backbone, seed). ``code_memo`` shares the code identities of a
-    matrix's runs: they differ only by loss module, and the import closure is read from disk."""
+    matrix's runs: they differ only by loss module, and the import closure is read from disk.
+    ``lock``: backbones.lock's entries (None: read it)."""
+    lock = read_lock() if lock is None else lock
+    spec = pinned_spec(params.backbones[backbone], lock)
     settings = params.resolve(method, backbone)
     modules = train_code_modules(settings.objective)
     memo = {} if code_memo is None else code_memo
     if modules not in memo:
         memo[modules] = code_identity(modules)
-    tid = triplets_id(params, backbone, method) if settings.objective.needs_triplets else None
+    tid = triplets_id(params, backbone, method, lock) if settings.objective.needs_triplets else None
     identity = {
         "id_schema": ID_SCHEMA,
         "objective": identity_settings(settings.objective),
         "objective_derived": settings.objective.derived(),
         "temperature": identity_settings(settings.temperature),
         "train": train_identity(settings.train),
-        "backbone": backbone_identity(params.backbones[backbone]),
+        "backbone": backbone_identity(spec),
         "seed": seed,
         "corpus": corpus_identity(params),
         "triplets": tid,
@@ -257,7 +261,7 @@ def make_run(
         backbone=backbone,
         seed=seed,
         settings=settings,
-        backbone_spec=params.backbones[backbone],
+        backbone_spec=spec,
         corpus=layout.corpus_file(params.data.corpus),
         max_sentences=params.data.max_sentences,
         triplets_id=tid,
@@ -326,6 +330,15 @@ class Plan:
             raise StageError(f"{name} is a baseline, evaluated as is: it has no trained run")
         return experiment
 
+    def unpinned_backbones(self) -> dict[str, BackboneParams]:
+        """The planned experiments' hub backbones on a branch or tag that backbones.lock does
+        not pin, by their key (their specs are pinned where it does)."""
+        return {
+            e.backbone: e.backbone_spec
+            for e in self.experiments.values()
+            if unpinned(e.backbone_spec, {})
+        }
+
     def evaluation_id(self, evaluation: str, experiment: Experiment) -> str:
         """Content address of registered evaluation ``evaluation`` of ``experiment``: what it
         scores, its settings, its data, its stage module's code and the environment switch."""
@@ -347,16 +360,21 @@ def plan_experiments(params: Params) -> Plan:
     experiment groups once), then the baselines."""
     runs: dict[str, Run] = {}
     code_memo: dict[tuple[str, ...], dict[str, str]] = {}
+    lock = read_lock()
     for group in params.experiments:
         for method in group.methods:
             for backbone in group.backbones:
                 for seed in group.seeds:
                     name = experiment_name(method, backbone, seed)
                     if name not in runs:
-                        runs[name] = make_run(params, method, backbone, seed, code_memo)
+                        runs[name] = make_run(params, method, backbone, seed, code_memo, lock)
     baselines = {
         baseline_name(key): Baseline(
-            baseline_name(key), key, spec, params.backbones[spec.backbone], params.train.device
+            baseline_name(key),
+            key,
+            spec,
+            pinned_spec(params.backbones[spec.backbone], lock),
+            params.train.device,
         )
         for key, spec in params.baselines.items()
     }

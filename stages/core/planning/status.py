@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.core.errors import StageError
+from stages.core.identity.backbones import unpinned_message
 from stages.core.identity.experiments import Experiment, Plan, Run
 from stages.core.planning.evaluation_store import stored_evaluation
 from stages.core.planning.train_pointer import pointed_run_id
@@ -122,6 +123,14 @@ def status_rows(plan: Plan) -> list[dict[str, str]]:
              "train": "n/a", **done, "environment": environment}
         )  # fmt: skip
     return rows
+
+
+def unpinned_lines(plan: Plan) -> list[str]:
+    """One line per planned hub backbone on a branch or tag that backbones.lock does not pin:
+    its id names no fixed weights, and loading it stops until ``cse pin`` records its commit."""
+    return [
+        f"warning: {unpinned_message(key, spec)}" for key, spec in plan.unpinned_backbones().items()
+    ]
 
 
 def output_state(plan: Plan, stage: str, experiment: Experiment) -> str:
