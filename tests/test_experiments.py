@@ -492,3 +492,12 @@ def test_senteval_encoding_default_changed_changes_the_evaluation_ids() -> None:
         after = all_ids(parse_params(MATRIX))
     changed = {name for name in before if before[name] != after[name]}
     assert changed == {name for name in before if name.startswith("senteval:")}
+
+
+def test_the_docs_table_of_id_markers_is_current() -> None:
+    """docs/identity.md lists every marked setting as the schema declares it (``cse docs``)."""
+    from stages.core.schema.id_markers import with_markers_table
+
+    doc = (REPO / "docs" / "identity.md").read_text(encoding="utf-8")
+    assert with_markers_table(doc, Params) == doc, "run `cse docs`"
+    assert '| `train.head` | yes, but left out at `"simcse"`' in doc

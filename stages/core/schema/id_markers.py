@@ -12,11 +12,13 @@ triplets'), unless its field says otherwise with one of these markers in its ``A
   the id of every configuration that does not write the key.
 
 ``identity_settings`` is what ids hash of a settings model; ``stages.core.identity`` reads it,
-the settings walk (tests/test_settings_walk.py) and docs/identity.md read ``markers``.
+the settings walk (tests/test_settings_walk.py) reads ``markers``, and docs/identity.md's table of
+them is generated from them (``cse docs``; ``with_markers_table``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -75,3 +77,28 @@ def _in_id(settings: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value := getattr(settings, name), BaseModel):
             dumped[name] = _in_id(value, dumped[name])
     return dumped
+
+
+DOCS_BEGIN = "<!-- id markers: generated from the schema's fields (cse docs) -->\n"
+DOCS_END = "<!-- end of id markers -->\n"
+
+
+def markers_markdown(model: type[BaseModel]) -> str:
+    """Every marked setting below ``model`` (params.yaml's root) as a Markdown table."""
+    lines = ["| setting | in the ids |", "|---|---|"]
+    for key, found in markers(model):
+        if isinstance(found, ExecutionOnly):
+            lines.append(f"| `{key}` | no: execution only |")
+        else:
+            absent = json.dumps(found.absent)
+            lines.append(f"| `{key}` | yes, but left out at `{absent}` (added later: `InId`) |")
+    return "\n".join(lines) + "\n"
+
+
+def with_markers_table(text: str, model: type[BaseModel]) -> str:
+    """``text`` (docs/identity.md) with the table between its markers generated anew."""
+    head, begin, rest = text.partition(DOCS_BEGIN)
+    _, end, tail = rest.partition(DOCS_END)
+    if not begin or not end:
+        raise ValueError(f"no {DOCS_BEGIN.strip()} ... {DOCS_END.strip()} block")
+    return head + DOCS_BEGIN + markers_markdown(model) + DOCS_END + tail
