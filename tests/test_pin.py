@@ -264,3 +264,12 @@ def test_a_package_backbone_is_identified_by_its_version_and_files(
         backbones._distributions.cache_clear()
         assert all(v != before[k] for k, v in ids(raw).items())
         fake_package(site, "1.0")
+
+
+def test_a_package_that_is_not_installed_is_named_when_planned() -> None:
+    raw = params(model="package:not_installed_xyz")
+    with pytest.raises(ParamsError, match=r"^backbones\.hub\.model: package:not_installed_xyz: no"):
+        plan_experiments(parse_params(raw))
+    raw["backbones"]["unused"] = raw["backbones"].pop("hub")
+    raw["backbones"]["hub"] = {"model": HUB, "revision": COMMIT_A}
+    assert plan_experiments(parse_params(raw)).runs  # a backbone no experiment uses: not read

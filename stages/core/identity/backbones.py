@@ -147,7 +147,10 @@ def package_folder(module: str) -> Path:
     except (ImportError, ValueError):
         found = None
     if found is None or not found.submodule_search_locations:
-        raise ParamsError(f"package:{module}: no installed package '{module}'")
+        raise ParamsError(
+            f"package:{module}: no installed package '{module}' (its files are part of the ids: "
+            "install it where the pipeline plans and trains)"
+        )
     return Path(next(iter(found.submodule_search_locations)))
 
 

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
-from stages.core.errors import StageError
+from stages.core.errors import ParamsError, StageError
 from stages.core.identity.backbones import (
-    Lock,
     backbone_content,
     local_folder,
     pinned_spec,
@@ -135,11 +135,18 @@ class Backbone:
         return {**identity_settings(self.spec), **self.content}
 
 
-def resolve_backbones(params: Params, lock: Lock | None = None) -> dict[str, Backbone]:
-    """Every backbone of ``params`` by key. ``lock``: backbones.lock's entries (None: read it)."""
-    lock = read_lock() if lock is None else lock
-    pinned = {key: pinned_spec(spec, lock) for key, spec in params.backbones.items()}
-    return {key: Backbone(spec, backbone_content(spec)) for key, spec in pinned.items()}
+def resolve_backbones(params: Params, keys: Iterable[str] | None = None) -> dict[str, Backbone]:
+    """The backbones ``keys`` of ``params`` (None: all), pinned by backbones.lock, with their
+    content (a package that is not installed: a ParamsError naming its key)."""
+    lock = read_lock()
+    resolved = {}
+    for key in params.backbones if keys is None else keys:
+        spec = pinned_spec(params.backbones[key], lock)
+        try:
+            resolved[key] = Backbone(spec, backbone_content(spec))
+        except ParamsError as err:
+            raise ParamsError(f"backbones.{key}.model: {err}") from None
+    return resolved
 
 
 def triplets_id(
@@ -149,7 +156,7 @@ def triplets_id(
     corpus, the tokenizer (model and pinned revision, a folder's or package's files), the
     method's triplets settings and the masking code. Methods with the same settings share one
     file. ``resolved``: the backbone as the plan resolved it (None: resolve it)."""
-    found = resolved or resolve_backbones(params)[backbone]
+    found = resolved or resolve_backbones(params, [backbone])[backbone]
     spec = found.spec
     return content_hash(
         {
@@ -256,7 +263,7 @@ def make_run(
     """The run of (method, backbone, seed). ``code_memo`` shares the code identities of a
     matrix's runs: they differ only by loss module, and the import closure is read from disk;
     ``backbones``, the backbones as the plan resolved them (None: resolve them)."""
-    resolved = (backbones or resolve_backbones(params))[backbone]
+    resolved = (backbones or resolve_backbones(params, [backbone]))[backbone]
     spec = resolved.spec
     settings = params.resolve(method, backbone)
     modules = train_code_modules(settings.objective)
@@ -384,7 +391,10 @@ def plan_experiments(params: Params) -> Plan:
     experiment groups once), then the baselines."""
     runs: dict[str, Run] = {}
     code_memo: dict[tuple[str, ...], dict[str, str]] = {}
-    backbones = resolve_backbones(params)
+    # the planned ones only: a backbone no experiment uses needs no content (nor its package)
+    used = [b for group in params.experiments for b in group.backbones]
+    used += [baseline.backbone for baseline in params.baselines.values()]
+    backbones = resolve_backbones(params, dict.fromkeys(used))
     for group in params.experiments:
         for method in group.methods:
             for backbone in group.backbones:
