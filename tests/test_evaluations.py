@@ -143,6 +143,7 @@ def test_the_senteval_encoding_is_in_the_id_only_when_not_the_default() -> None:
     """``encoding: distinct`` (the default, what every evaluation stored before the switch
     computed) hashes as the section did without the key; ``senteval_batches`` is another id,
     and a stored record without the key counts as distinct for carry-over."""
+    from stages.core.schema.id_markers import identity_settings
     from stages.evaluations.senteval import mismatches
 
     raw = smoke()
@@ -153,7 +154,8 @@ def test_the_senteval_encoding_is_in_the_id_only_when_not_the_default() -> None:
         return plan.evaluation_id("senteval", plan.experiment(name))
 
     default = senteval_id(raw)
-    assert "encoding" not in parse_params(raw).evaluations.senteval.model_dump(mode="json")
+    settings = parse_params(raw).evaluations.senteval
+    assert "encoding" not in identity_settings(settings)  # its InId marker: absent=distinct
     section = raw.setdefault("evaluations", {}).setdefault("senteval", {})
     section["encoding"] = "distinct"
     assert senteval_id(raw) == default

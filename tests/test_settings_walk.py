@@ -7,8 +7,9 @@ where a setting is not read is stated once, in ``stages/core/schema/unread.py`` 
 ``unused_settings`` next to each objective's fields), which validation reads too.
 
 The documented exceptions (docs/identity.md, "Settings that are not read") are checked here too:
-the execution-only train keys and the report-only method keys leave the id unchanged although
-they are read, and each exception names a setting of the schema.
+the execution-only keys (their fields' ``ExecutionOnly`` marker, ``stages.core.schema.id_markers``)
+and the report-only method keys leave the id unchanged although they are read, and each exception
+names a setting of the schema.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from stages.core.errors import ParamsError
-from stages.core.identity.experiments import EXECUTION_ONLY_TRAIN_KEYS, Plan, make_run
+from stages.core.identity.experiments import Plan, make_run
 from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.core.schema.id_markers import ExecutionOnly, markers
 from stages.core.schema.objective_settings import OBJECTIVES
 from stages.core.schema.params import MethodParams, TrainParams, TripletsParams, parse_params
 from stages.core.schema.temperature_settings import TemperatureSchedule
@@ -49,7 +51,16 @@ BASE: dict[str, Any] = {
 # The settings whose other value their types cannot suggest: a named set (validated by name), a
 # string of a pattern.
 ALTERNATIVES: dict[str, Any] = {"evaluations.mteb.tasks": "simace56", "sweep": "tau=0.07"}
-EXECUTION_ONLY = {f"train.{key}" for key in EXECUTION_ONLY_TRAIN_KEYS}
+# The settings whose field is marked execution-only, by their key in the walk's scopes.
+EXECUTION_ONLY = {
+    f"{prefix}{key}"
+    for prefix, model in [
+        ("train.", TrainParams),
+        *((f"evaluations.{name}.", e.settings) for name, e in EVALUATIONS.items()),
+    ]
+    for key, marker in markers(model)
+    if isinstance(marker, ExecutionOnly)
+}
 CODE_MEMO: dict[tuple[str, ...], dict[str, str]] = {}
 
 
@@ -289,10 +300,12 @@ def check(case: Case, key: str, scope_key: str, field: FieldInfo, base: Outcome)
     if found.ids[which] is None and base.ids[which] is None:
         return None  # the evaluation runs in neither: it reads none of its settings
     unread = declared_unread(case, found.params, scope_key)
+    full_key = scope_key if case.scope in ("method", "triplets") else f"{case.scope}.{scope_key}"
+    out_of_id = unread or full_key in EXECUTION_ONLY or scope_key in REPORT_ONLY_METHOD_KEYS
     same = found.ids[which] == base.ids[which]
-    if same and not (unread or scope_key in EXECUTION_ONLY or scope_key in REPORT_ONLY_METHOD_KEYS):
+    if same and not out_of_id:
         return f"{label}: accepted, read, and the {which} id is unchanged"
-    if not same and (unread or scope_key in EXECUTION_ONLY or scope_key in REPORT_ONLY_METHOD_KEYS):
+    if not same and out_of_id:
         return f"{label}: accepted where not read, and it gives a new {which} id"
     return None
 
@@ -503,8 +516,7 @@ def test_the_mteb_folders_are_where_the_mteb_evaluation_finds_each_local_copy() 
 
 
 def test_the_exceptions_name_settings_of_the_schema_and_are_documented() -> None:
-    train = {key for key, _ in leaves(TrainParams)}
-    assert {key.removeprefix("train.") for key in EXECUTION_ONLY} <= train
+    assert {f"train.{key}" for key in ("device", "compile", "unpad")} <= EXECUTION_ONLY
     assert set(REPORT_ONLY_METHOD_KEYS) <= set(MethodParams.model_fields)
     for key in KEPT_IN_ID:
         section, _, leaf = key.rpartition(".")
@@ -512,7 +524,7 @@ def test_the_exceptions_name_settings_of_the_schema_and_are_documented() -> None
         assert leaf in model.model_fields, key
     doc = (REPO / "docs" / "identity.md").read_text()
     section = doc.split("## Settings that are not read", 1)[1].split("\n## ", 1)[0]
-    for key in (*EXECUTION_ONLY_TRAIN_KEYS, *REPORT_ONLY_METHOD_KEYS):
+    for key in (*EXECUTION_ONLY, *REPORT_ONLY_METHOD_KEYS):
         assert f"`{key}`" in doc, key
     for key in KEPT_IN_ID:
         assert f"`{key}`" in section, key

@@ -32,7 +32,16 @@ COMMANDS = {
         "verified reuse across a code change",
     ),
     "adopt": ("pipeline", "adopt EXPERIMENT", "reuse a run trained before code identity"),
-    "docs": ("pipeline", "docs", "regenerate README.md's table of the evaluations"),
+    "pin": (
+        "pin",
+        "pin [--update]",
+        "resolve the hub backbones' branches to commits in backbones.lock (online)",
+    ),
+    "docs": (
+        "pipeline",
+        "docs",
+        "regenerate README.md's table of the evaluations and docs/identity.md's of id markers",
+    ),
     "store": ("store", "store list|pull|push|verify|gc", "the shared runs store"),
     "export": ("export", "export EXPERIMENT DIR", "a run's checkpoint as a model folder (Hub)"),
     "gpu-slot": ("gpu_slot", "gpu-slot [--gpus K|--share N] -- CMD", "run CMD on GPUs of its own"),

@@ -32,12 +32,14 @@ from stages.core.planning.jobs import (
     code_manifests,
     dvc_yaml,
 )
-from stages.core.planning.status import adopt_legacy_run, status_rows
+from stages.core.planning.status import adopt_legacy_run, status_rows, unpinned_lines
 from stages.core.schema.evaluation_settings import with_evaluations_table
-from stages.core.schema.params import DEFAULT_PARAMS, load_params
+from stages.core.schema.id_markers import with_markers_table
+from stages.core.schema.params import DEFAULT_PARAMS, Params, load_params
 from stages.core.storage.atomic import write_json, write_text
 
 README = Path("README.md")
+IDENTITY_DOC = Path("docs/identity.md")
 
 
 def print_table(rows: list[dict[str, str]]) -> None:
@@ -111,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "docs":
         write_text(README, with_evaluations_table(README.read_text(encoding="utf-8")))
         print(f"wrote the evaluations table of {README}")
+        write_text(IDENTITY_DOC, with_markers_table(IDENTITY_DOC.read_text("utf-8"), Params))
+        print(f"wrote the id markers table of {IDENTITY_DOC}")
         return
     if args.command == "check-dvc":
         problem = check_dvc_yaml(args.params)
@@ -126,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         machine = Machine(args.gpu or DEFAULT_GPU, args.gpu is not None or visible_gpus() > 0)
         print(f"dry run of {args.params}")
         print(format_dry_run(plan, dry_run(plan, args.params, machine), machine))
+        for line in unpinned_lines(plan):
+            print(line)
         # scipy and the published numbers: loaded for this command only
         from stages.reporting.seed_power import format_seed_power, seed_power
 
@@ -148,3 +154,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         print(f"status of {args.params}")
         print_table(status_rows(plan))
+        for line in unpinned_lines(plan):
+            print(line)

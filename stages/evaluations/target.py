@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from stages.core.errors import StageError
+from stages.core.identity.backbones import unpinned, unpinned_message
 from stages.core.identity.experiments import Baseline, Experiment
 from stages.core.storage.run_folders import is_complete
 from stages.modeling.encoder import EncoderError, SentenceEncoder
@@ -18,6 +19,8 @@ def encoder_for(
     yet."""
     if isinstance(experiment, Baseline):
         backbone = experiment.backbone_spec  # pretrained: the schema checks it
+        if unpinned(backbone, {}):  # the plan pins it where backbones.lock does
+            raise StageError(unpinned_message(experiment.backbone, backbone))
         return load_encoder(
             backbone.model,
             experiment.spec.pooler,

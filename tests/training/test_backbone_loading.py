@@ -34,7 +34,8 @@ def test_a_missing_folder_is_named_as_missing(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_hub_model_is_named() -> None:
-    spec = BackboneParams(model="no-such/model-xyz")  # offline in the tests
+    # offline in the tests; pinned to a commit (a branch would stop at `cse pin` first)
+    spec = BackboneParams(model="no-such/model-xyz", revision="0" * 40)
     with pytest.raises(ModelLoadError) as err:
         load_tokenizer(spec, "tiny")
     assert str(err.value).startswith(

@@ -12,6 +12,7 @@ from dvc_lock import share_dvc_lock
 from snakemake.exceptions import WorkflowError
 
 from stages.core.planning import cpu_guard
+from stages.core.planning.status import unpinned_lines
 from stages.core.errors import ParamsError
 from stages.core.schema.params import load_params
 
@@ -53,6 +54,9 @@ GPU_JOB_THREADS = gpu_job_threads(CORES, GPU_SHARE or workflow.global_resources.
 # (not in a cluster job's own parse; a Snakemake 9 without the property is taken as main)
 if getattr(workflow, "is_main_process", True):
     for line in JOBS.redo_foreign_outputs(dry_run=workflow.output_settings.dryrun):
+        print(line, file=sys.stderr)
+    # a hub backbone on a branch backbones.lock does not pin: its jobs stop naming `cse pin`
+    for line in unpinned_lines(JOBS.plan):
         print(line, file=sys.stderr)
 
 PIPELINE_ENV = "../envs/pipeline.yaml"

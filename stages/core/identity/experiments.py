@@ -6,8 +6,8 @@ seed) cell of ``experiments`` in params.yaml, trained; or a ``Baseline``, an unt
 A run carries its settings, its identity and id, and every path it reads or writes. Its id hashes
 everything that determines its result:
 
-- the method's objective, temperature schedule and train settings on that backbone (execution-only
-  train keys left out), the backbone and its revision, the seed;
+- the method's objective, temperature schedule and train settings on that backbone, as their
+  fields' id markers say (``stages.core.schema.id_markers``), the backbone by content, the seed;
 - the data by content: the corpus and STS-B dev (checkpoint selection) by sha256, the masked
   triplets by their own id (which covers the masking code);
 - the code: the fingerprint of every source file training runs (``code_identity``), including
@@ -24,19 +24,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
-from stages.core.errors import StageError
+from stages.core.errors import ParamsError, StageError
+from stages.core.identity.backbones import (
+    backbone_content,
+    local_folder,
+    pinned_spec,
+    read_lock,
+    unpinned,
+)
 from stages.core.identity.code import code_files, code_identity
 from stages.core.identity.environment import id_environment
 from stages.core.schema.data_manifest import load_manifest
 from stages.core.schema.evaluation_settings import EVALUATIONS
+from stages.core.schema.id_markers import identity_settings
 from stages.core.schema.objective_settings import OBJECTIVES, ObjectiveSettings
 from stages.core.schema.params import (
-    PACKAGE_PREFIX,
     BackboneParams,
     BaselineParams,
     Params,
@@ -44,23 +52,7 @@ from stages.core.schema.params import (
     TrainParams,
 )
 from stages.core.storage import layout
-from stages.core.storage.hashing import folder_digest
 
-# Settings that change how a run executes but not what it computes; left out of the id.
-EXECUTION_ONLY_TRAIN_KEYS = frozenset(
-    {
-        "device",
-        "log_steps",
-        "checkpoint_steps",
-        "compile",
-        "unpad",
-        "loggers",
-        "embedding_chunk_size",
-    }
-)
-# Train settings added after runs were stored: in the id only when set to something other than
-# their default, so that every run trained without them keeps its identity (carry-over finds it).
-TRAIN_KEYS_IN_ID_WHEN_SET = frozenset({"dev_pooler", "head", "head_init_std", "freeze_embeddings"})
 # Bump only when the layout of the identity itself changes (code changes are covered by it).
 ID_SCHEMA = 2
 STSB_DEV = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"
@@ -108,9 +100,8 @@ def data_sha256(path: Path) -> str | None:
 def corpus_identity(params: Params) -> dict[str, Any]:
     """The training sentences, by content."""
     return {
-        "corpus": params.data.corpus,
+        **identity_settings(params.data),
         "sha256": data_sha256(layout.corpus_file(params.data.corpus)),
-        "max_sentences": params.data.max_sentences,
     }
 
 
@@ -121,34 +112,58 @@ def dev_set_identity() -> str | None:
 
 def local_model_folder(spec: BackboneParams) -> tuple[str, ...]:
     """The backbone's folder when it is a local one (a job dependency), else nothing."""
-    is_folder = not spec.model.startswith(PACKAGE_PREFIX) and Path(spec.model).is_dir()
-    return (spec.model,) if is_folder else ()
-
-
-def local_model_files(spec: BackboneParams) -> dict[str, str]:
-    """``{"files": digest}`` of a backbone that is a local folder, else nothing: a hub id with
-    its revision or an installed package names its files, but a folder can be overwritten in
-    place, so its path names nothing (``hashing.folder_digest``, cached by file stat)."""
-    folders = local_model_folder(spec)
-    return {"files": folder_digest(Path(folders[0]))} if folders else {}
+    folder = local_folder(spec)
+    return (spec.model,) if folder else ()
 
 
 def backbone_identity(spec: BackboneParams) -> dict[str, Any]:
-    """The backbone's settings, and a local folder's files by content."""
-    return {**spec.model_dump(mode="json"), **local_model_files(spec)}
+    """The backbone's settings (a hub revision pinned to its commit: ``pinned_spec``) and the
+    content they do not name (``backbones.backbone_content``)."""
+    return {**identity_settings(spec), **backbone_content(spec)}
 
 
-def triplets_id(params: Params, backbone: str, method: str) -> str:
+@dataclass(frozen=True)
+class Backbone:
+    """A backbone of params as the ids see it: its spec pinned (a locked branch's revision the
+    commit) and its identity; resolved once per plan (a package's files are hashed once)."""
+
+    spec: BackboneParams
+    content: dict[str, Any]  # backbones.backbone_content
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return {**identity_settings(self.spec), **self.content}
+
+
+def resolve_backbones(params: Params, keys: Iterable[str] | None = None) -> dict[str, Backbone]:
+    """The backbones ``keys`` of ``params`` (None: all), pinned by backbones.lock, with their
+    content (a package that is not installed: a ParamsError naming its key)."""
+    lock = read_lock()
+    resolved = {}
+    for key in params.backbones if keys is None else keys:
+        spec = pinned_spec(params.backbones[key], lock)
+        try:
+            resolved[key] = Backbone(spec, backbone_content(spec))
+        except ParamsError as err:
+            raise ParamsError(f"backbones.{key}.model: {err}") from None
+    return resolved
+
+
+def triplets_id(
+    params: Params, backbone: str, method: str, resolved: Backbone | None = None
+) -> str:
     """Content address of the masked-triplet file ``method``'s runs on ``backbone`` read: the
-    corpus, the tokenizer (model and revision), the method's triplets settings and the masking
-    code. Methods with the same settings share one file."""
-    spec = params.backbones[backbone]
+    corpus, the tokenizer (model and pinned revision, a folder's or package's files), the
+    method's triplets settings and the masking code. Methods with the same settings share one
+    file. ``resolved``: the backbone as the plan resolved it (None: resolve it)."""
+    found = resolved or resolve_backbones(params, [backbone])[backbone]
+    spec = found.spec
     return content_hash(
         {
             "corpus": corpus_identity(params)["sha256"] or params.data.corpus,
             "tokenizer": f"{spec.model}@{spec.revision}",
-            **local_model_files(spec),
-            "params": params.triplets_for(method).model_dump(mode="json"),
+            **found.content,
+            "params": identity_settings(params.triplets_for(method)),
             "code": code_identity(TRIPLETS_CODE),
             "environment": id_environment(params.identity.environment),
         }
@@ -232,13 +247,9 @@ class Run:
 
 
 def train_identity(train: TrainParams) -> dict[str, Any]:
-    """The train settings a run id covers: all but the execution-only keys, and the keys added
-    later (``TRAIN_KEYS_IN_ID_WHEN_SET``) only where they differ from their default."""
-    settings = train.model_dump(mode="json", exclude=set(EXECUTION_ONLY_TRAIN_KEYS))
-    for key in TRAIN_KEYS_IN_ID_WHEN_SET:
-        if settings[key] == TrainParams.model_fields[key].default:
-            del settings[key]
-    return settings
+    """The train settings a run id covers, as their fields' id markers say: no execution-only
+    key, and a key added later only where it is not at its frozen ``absent`` value."""
+    return identity_settings(train)
 
 
 def make_run(
@@ -247,23 +258,27 @@ def make_run(
     backbone: str,
     seed: int,
     code_memo: dict[tuple[str, ...], dict[str, str]] | None = None,
+    backbones: dict[str, Backbone] | None = None,
 ) -> Run:
     """The run of (method, backbone, seed). ``code_memo`` shares the code identities of a
-    matrix's runs: they differ only by loss module, and the import closure is read from disk."""
+    matrix's runs: they differ only by loss module, and the import closure is read from disk;
+    ``backbones``, the backbones as the plan resolved them (None: resolve them)."""
+    resolved = (backbones or resolve_backbones(params, [backbone]))[backbone]
+    spec = resolved.spec
     settings = params.resolve(method, backbone)
     modules = train_code_modules(settings.objective)
     memo = {} if code_memo is None else code_memo
     if modules not in memo:
         memo[modules] = code_identity(modules)
-    train = train_identity(settings.train)
-    tid = triplets_id(params, backbone, method) if settings.objective.needs_triplets else None
+    needs_triplets = settings.objective.needs_triplets
+    tid = triplets_id(params, backbone, method, resolved) if needs_triplets else None
     identity = {
         "id_schema": ID_SCHEMA,
-        "objective": settings.objective.model_dump(mode="json"),
+        "objective": identity_settings(settings.objective),
         "objective_derived": settings.objective.derived(),
-        "temperature": settings.temperature.model_dump(mode="json"),
-        "train": train,
-        "backbone": backbone_identity(params.backbones[backbone]),
+        "temperature": identity_settings(settings.temperature),
+        "train": train_identity(settings.train),
+        "backbone": resolved.identity,
         "seed": seed,
         "corpus": corpus_identity(params),
         "triplets": tid,
@@ -277,7 +292,7 @@ def make_run(
         backbone=backbone,
         seed=seed,
         settings=settings,
-        backbone_spec=params.backbones[backbone],
+        backbone_spec=spec,
         corpus=layout.corpus_file(params.data.corpus),
         max_sentences=params.data.max_sentences,
         triplets_id=tid,
@@ -307,7 +322,7 @@ class Baseline:
     def evaluated_identity(self) -> dict[str, Any]:
         """What its evaluations score (part of their ids): the pooler and the backbone."""
         return {
-            "baseline": self.spec.model_dump(mode="json"),
+            "baseline": identity_settings(self.spec),
             "backbone": backbone_identity(self.backbone_spec),
         }
 
@@ -346,6 +361,15 @@ class Plan:
             raise StageError(f"{name} is a baseline, evaluated as is: it has no trained run")
         return experiment
 
+    def unpinned_backbones(self) -> dict[str, BackboneParams]:
+        """The planned experiments' hub backbones on a branch or tag that backbones.lock does
+        not pin, by their key (their specs are pinned where it does)."""
+        return {
+            e.backbone: e.backbone_spec
+            for e in self.experiments.values()
+            if unpinned(e.backbone_spec, {})
+        }
+
     def evaluation_id(self, evaluation: str, experiment: Experiment) -> str:
         """Content address of registered evaluation ``evaluation`` of ``experiment``: what it
         scores, its settings, its data, its stage module's code and the environment switch."""
@@ -354,7 +378,7 @@ class Plan:
             {
                 "stage": evaluation,
                 "evaluated": experiment.evaluated_identity(),
-                "params": settings.model_dump(mode="json"),
+                "params": identity_settings(settings),
                 "data": content_hash(settings.data_identity()),
                 "code": code_identity(EVALUATIONS[evaluation].code_modules),
                 "environment": id_environment(self.params.identity.environment),
@@ -367,16 +391,24 @@ def plan_experiments(params: Params) -> Plan:
     experiment groups once), then the baselines."""
     runs: dict[str, Run] = {}
     code_memo: dict[tuple[str, ...], dict[str, str]] = {}
+    # the planned ones only: a backbone no experiment uses needs no content (nor its package)
+    used = [b for group in params.experiments for b in group.backbones]
+    used += [baseline.backbone for baseline in params.baselines.values()]
+    backbones = resolve_backbones(params, dict.fromkeys(used))
     for group in params.experiments:
         for method in group.methods:
             for backbone in group.backbones:
                 for seed in group.seeds:
                     name = experiment_name(method, backbone, seed)
                     if name not in runs:
-                        runs[name] = make_run(params, method, backbone, seed, code_memo)
+                        runs[name] = make_run(params, method, backbone, seed, code_memo, backbones)
     baselines = {
         baseline_name(key): Baseline(
-            baseline_name(key), key, spec, params.backbones[spec.backbone], params.train.device
+            baseline_name(key),
+            key,
+            spec,
+            backbones[spec.backbone].spec,
+            params.train.device,
         )
         for key, spec in params.baselines.items()
     }

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.core.errors import StageError
+from stages.core.identity.backbones import unpinned_message
 from stages.core.identity.experiments import Experiment, Plan, Run
 from stages.core.planning.evaluation_store import stored_evaluation
 from stages.core.planning.train_pointer import pointed_run_id
@@ -130,6 +131,14 @@ def run_environment(config: dict[str, Any] | None) -> str:
     summary = environment_summary(config)
     reason = (config or {}).get("execution", {}).get("compile_reason")
     return f"{summary} ({reason})" if reason else summary
+
+
+def unpinned_lines(plan: Plan) -> list[str]:
+    """One line per planned hub backbone on a branch or tag that backbones.lock does not pin:
+    its id names no fixed weights, and loading it stops until ``cse pin`` records its commit."""
+    return [
+        f"warning: {unpinned_message(key, spec)}" for key, spec in plan.unpinned_backbones().items()
+    ]
 
 
 def output_state(plan: Plan, stage: str, experiment: Experiment) -> str:

@@ -35,6 +35,7 @@ from pydantic import (
 
 from stages.core.schema.bounds import Integer
 from stages.core.schema.data_manifest import is_under, load_manifest
+from stages.core.schema.id_markers import InId
 from stages.core.schema.mteb_task_sets import (
     SIMACE56,
     STS7,
@@ -116,15 +117,13 @@ class SentEvalParams(EvaluationSettings):
     )
     batch_size: PositiveInt = 128
     seed: Annotated[Integer, Field(ge=0, lt=2**32)] = 1111
-    # Part of the evaluation's id only when not the default (exclude_if): the evaluations
-    # stored before the switch existed keep their ids.
-    encoding: SentEvalEncoding = Field(
+    # Added after evaluations were stored: distinct is what they computed (id_markers.InId).
+    encoding: Annotated[SentEvalEncoding, InId(absent="distinct")] = Field(
         "distinct",
         description="distinct: each distinct sentence encoded once, in batches of equal token "
         "length (fast); senteval_batches: SentEval's own batches (each task's samples in its "
         "length-sorted order, batch_size sentences per padded forward, every occurrence "
         "encoded), for SentEval's numbers to the last bit on near-ties",
-        exclude_if=lambda encoding: encoding == "distinct",
     )
 
     def reads(self) -> tuple[Path, ...]:

@@ -42,6 +42,7 @@ from stages.core.schema.evaluation_settings import (
     EvaluationSections,
     EvaluationSettings,
 )
+from stages.core.schema.id_markers import ExecutionOnly, InId
 from stages.core.schema.objective_settings import SETTINGS_BY_NAME, ObjectiveConfig
 from stages.core.schema.sweeps import GridError, expand_grids
 from stages.core.schema.temperature_settings import TemperatureSchedule
@@ -64,6 +65,7 @@ Seed = Annotated[int, Field(strict=True, ge=0, lt=2**32)]
 
 POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_mean")
 Pooler = Literal["cls", "cls_before_pooler", "mean", "first_last_mean"]
+Logger = Literal["dvclive", "tensorboard", "wandb"]
 
 
 class Section(BaseModel):
@@ -72,11 +74,11 @@ class Section(BaseModel):
 
 
 class DataParams(Section):
-    source: Literal["remote", "local"] = Field(
+    source: Annotated[Literal["remote", "local"], ExecutionOnly()] = Field(
         "remote",
         description="remote: canonical public URLs; local: copy from local_dir (offline machines)",
     )
-    local_dir: str = Field(
+    local_dir: Annotated[str, ExecutionOnly()] = Field(
         "../shared/data",
         description="folder with corpus/, senteval/downstream/, sts_raw/ (env CSE_DATA_DIR wins)",
     )
@@ -165,31 +167,33 @@ class TrainParams(Section):
     eval_pooler: Pooler = Field(
         "cls_before_pooler", description="representation used by every evaluator"
     )
-    dev_pooler: Pooler | None = Field(
+    dev_pooler: Annotated[Pooler | None, InId(absent=None)] = Field(
         None,
         description="representation of the STS-B dev selection; null: eval_pooler's (SimCSE "
         "with --mlp_only_train; paper 002's code); cls: with the MLP head, as paper 003's "
         "released code selects (no --mlp_only_train)",
     )
-    head: Literal["simcse", "linear", "tanh_linear"] = Field(
+    head: Annotated[Literal["simcse", "linear", "tanh_linear"], InId(absent="simcse")] = Field(
         "simcse",
         description="pooler cls's training head: simcse: Linear then tanh (SimCSE's MLPLayer); "
         "linear: Linear only (paper 002's released code on BERT); tanh_linear: tanh then "
         "Linear (its code on RoBERTa)",
     )
-    head_init_std: Real("head_init_std") | None = Field(
+    head_init_std: Annotated[Real("head_init_std") | None, InId(absent=None)] = Field(
         None,
         description="null: the head's weights N(0, initializer_range^2), bias 0 (SimCSE); a "
         "number: weights and bias N(0, std^2) (paper 002's released code: 0.006)",
     )
-    freeze_embeddings: StrictBool = Field(
+    freeze_embeddings: Annotated[StrictBool, InId(absent=False)] = Field(
         False,
         description="the embedding layer (token, position and type embeddings, their "
         "LayerNorm) gets no gradient, as paper 002's released code trains",
     )
     eval_steps: PositiveInt = Field(125, description="STS-B dev evaluation interval (updates)")
-    checkpoint_steps: PositiveInt = Field(500, description="resumable checkpoint interval")
-    log_steps: PositiveInt = 10
+    checkpoint_steps: Annotated[PositiveInt, ExecutionOnly()] = Field(
+        500, description="resumable checkpoint interval"
+    )
+    log_steps: Annotated[PositiveInt, ExecutionOnly()] = 10
     sam: SamParams = SamParams()
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto",
@@ -197,8 +201,10 @@ class TrainParams(Section):
         "capability 8.0 on: A100, H100, RTX 30xx), fp32 elsewhere (CPU, V100, T4, RTX 20xx); "
         "objectives always in fp32",
     )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    compile: Annotated[Literal["auto", False, True, "reduce-overhead"], NotANumber] = Field(
+    device: Annotated[Literal["auto", "cpu", "cuda"], ExecutionOnly()] = "auto"
+    compile: Annotated[
+        Literal["auto", False, True, "reduce-overhead"], NotANumber, ExecutionOnly()
+    ] = Field(
         "auto",
         description="auto: CUDA graphs over the padded forward for one GPU process without "
         "gradient accumulation or embedding_chunk_size, false otherwise, and false if compiling "
@@ -207,14 +213,14 @@ class TrainParams(Section):
         "launch for a step's kernels (unpad: each step packed into one of a few fixed shapes, "
         "unmeasured on a GPU); not part of the run id",
     )
-    unpad: StrictBool = Field(
+    unpad: Annotated[StrictBool, ExecutionOnly()] = Field(
         True,
         description="encoders with a packed forward (BERT, RoBERTa, XLM-R, DistilBERT, MPNet) "
         "compute only the real tokens, not the padding "
         "(the same numbers and dropout masks up to float rounding: not part of the run id)",
     )
     gradient_checkpointing: StrictBool = False
-    embedding_chunk_size: PositiveInt | None = Field(
+    embedding_chunk_size: Annotated[PositiveInt | None, ExecutionOnly()] = Field(
         None,
         description="encode a step's rows this many at a time and cache the embeddings' "
         "gradients (GradCache): the same update as unchunked, with the activations of one "
@@ -254,7 +260,7 @@ class TrainParams(Section):
         description="batch order: a uniform permutation (SimCSE), or batches of similar length "
         "(megabatches of 50 batches sorted by length, as transformers' group_by_length)",
     )
-    loggers: tuple[Literal["dvclive", "tensorboard", "wandb"], ...] = Field(
+    loggers: Annotated[tuple[Logger, ...], ExecutionOnly()] = Field(
         ("dvclive",),
         description="live metrics (stages/training/live.py); wandb only if installed",
     )
