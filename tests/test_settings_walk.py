@@ -50,7 +50,12 @@ BASE: dict[str, Any] = {
 }
 # The settings whose other value their types cannot suggest: a named set (validated by name), a
 # string of a pattern.
-ALTERNATIVES: dict[str, Any] = {"evaluations.mteb.tasks": "simace56", "sweep": "tau=0.07"}
+# Settings whose type admits values their validation refuses (a registry's names: a schedule)
+ALTERNATIVES: dict[str, Any] = {
+    "evaluations.mteb.tasks": "simace56",
+    "sweep": "tau=0.07",
+    "schedule": "linear",
+}
 # The settings whose field is marked execution-only, by their key in the walk's scopes.
 EXECUTION_ONLY = {
     f"{prefix}{key}"
