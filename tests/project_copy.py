@@ -86,7 +86,8 @@ def dvc_shape(root: Path) -> Shape:
     """DVC's reading of dvc.yaml: outputs -> (command, data dependencies) of every job's stage,
     each of which depends on its job's code manifest; the `code` stage lists the source files
     of all jobs and writes their manifests; the `check` stage runs before all (the stages that
-    depend on no other stage's output depend on the file it writes)."""
+    depend on no other stage's output depend on the file it writes); a job's `dvc_deps` are
+    DVC's only."""
     from dvc.repo import Repo
 
     jobs = {
@@ -111,6 +112,10 @@ def dvc_shape(root: Path) -> Shape:
                 continue
             manifest = jobs[stage.name].code_manifest
             assert manifest is None or manifest in files, stage.name
+            # files only DVC depends on (backbones.lock): Snakemake sees them through the ids
+            only_dvc = jobs[stage.name].dvc_deps
+            assert set(only_dvc) <= set(files), stage.name
+            files = [f for f in files if f not in only_dvc]
             assert not any(f.startswith("stages/") for f in files), stage.name
             shape[outs] = (stage.cmd, tuple(sorted(f for f in files if f != manifest)))
         return shape

@@ -178,6 +178,33 @@ def test_the_dry_run_names_an_unpinned_backbone(tmp_path: Path) -> None:
     assert "backbones.hub: org/tiny-bert at revision 'main' is unpinned" in dry.stdout
 
 
+def test_dvc_reruns_what_reads_a_lock_entry_and_check_refuses_an_unpinned_backbone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DVC sees no id: every job that reads a branch's commit (training, triplets, a baseline's
+    evaluation) depends on backbones.lock, so a `cse pin --update` reruns them; a commit
+    revision needs no lock. DVC's first stage refuses an unpinned backbone naming `cse pin`."""
+    from stages.core.planning.jobs import build_jobs
+
+    monkeypatch.chdir(tmp_path)
+
+    def lock_readers(raw: dict[str, Any]) -> set[str]:
+        jobs = build_jobs(plan_experiments(parse_params(raw)))
+        return {f"{job.stage}:{job.name}" for job in jobs if str(LOCK_FILE) in job.dvc_deps}
+
+    readers = lock_readers(params())
+    assert {r.split(":")[0] for r in readers} == {"train", "triplets", "senteval", "mteb"}
+    assert {"train:train.simcse.hub.s42", "senteval:senteval.baseline.hub-mean"} <= readers
+    assert "senteval:senteval.simcse.hub.s42" not in readers  # through the run's pointer
+    assert lock_readers(params(revision=COMMIT_A)) == set()
+    on_cpu = {**params(), "train": {"device": "cpu"}}  # past the GPU check
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(on_cpu))
+    checked = cse(tmp_path, "check")
+    assert checked.returncode == 2
+    assert "backbones.hub: org/tiny-bert at revision 'main' is unpinned" in checked.stderr
+    assert "`cse pin`" in checked.stderr
+
+
 def test_loading_an_unpinned_backbone_stops_naming_cse_pin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

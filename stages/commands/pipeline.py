@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stages.core.errors import StageError
+from stages.core.identity.backbones import unpinned_message
 from stages.core.identity.experiments import Plan, plan_experiments
 from stages.core.planning.cpu_guard import cpu_guard, visible_gpus
 from stages.core.planning.estimates import (
@@ -72,9 +73,12 @@ def unread_params_change(params_file: str) -> str | None:
 
 def check(plan: Plan, params_file: str) -> None:
     """DVC's first stage (``stages.core.planning.jobs.check_stage``), given the valid params'
-    plan: the experiment changes the file the stages read, and the matrix may start here (the
-    GPU check of Snakemake's onstart); then the file every stage runs after."""
-    stop = unread_params_change(params_file) or cpu_guard(plan, params_file)
+    plan: the experiment changes the file the stages read, the matrix may start here (the GPU
+    check of Snakemake's onstart), and every hub backbone on a branch is pinned
+    (backbones.lock, which the jobs that read it depend on); then the file every stage runs
+    after."""
+    unpinned = "\n".join(unpinned_message(k, s) for k, s in plan.unpinned_backbones().items())
+    stop = unread_params_change(params_file) or cpu_guard(plan, params_file) or unpinned
     if stop:
         raise StageError(stop)
     write_text(PARAMS_CHECKED, f"{params_file}\n")

@@ -32,7 +32,10 @@ from typing import Any
 
 from stages.core.errors import ParamsError, StageError
 from stages.core.identity.backbones import (
+    LOCK_FILE,
     backbone_content,
+    is_commit,
+    is_hub,
     local_folder,
     pinned_spec,
     read_lock,
@@ -114,6 +117,14 @@ def local_model_folder(spec: BackboneParams) -> tuple[str, ...]:
     """The backbone's folder when it is a local one (a job dependency), else nothing."""
     folder = local_folder(spec)
     return (spec.model,) if folder else ()
+
+
+def lock_deps(spec: BackboneParams) -> tuple[str, ...]:
+    """backbones.lock for a hub backbone ``spec`` (as params write it) on a branch or tag: the
+    ids hold the commit the lock gives it (``cse pin``), so a DVC job reading it depends on the
+    file; else nothing (a commit names fixed weights; a package's version and files are in the
+    ids, which Snakemake sees and DVC does not)."""
+    return (str(LOCK_FILE),) if is_hub(spec) and not is_commit(spec.revision) else ()
 
 
 def backbone_identity(spec: BackboneParams) -> dict[str, Any]:

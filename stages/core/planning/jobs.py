@@ -32,6 +32,7 @@ from stages.core.identity.experiments import (
     Run,
     content_hash,
     local_model_folder,
+    lock_deps,
     plan_experiments,
 )
 from stages.core.schema.evaluation_settings import EVALUATIONS, output_file
@@ -84,6 +85,9 @@ class Job:
     args: str = ""
     params_file: str = str(DEFAULT_PARAMS)
     deps: tuple[str, ...] = ()
+    # Files an id reads that DVC must see change (backbones.lock): Snakemake sees them through
+    # ``identity``, and a job whose file is missing refuses itself, naming the command to run.
+    dvc_deps: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     outs: tuple[str, ...] = ()
     gpu: bool = False
@@ -152,13 +156,17 @@ def triplets_sources(runs: dict[str, Run]) -> dict[str, Run]:
     return sources
 
 
-def encoder_source(plan: Plan, experiment: Experiment) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What an experiment's encoder comes from, as its evaluation jobs' (deps, params keys): a
-    run's pointer file; a baseline's pretrained backbone (a local folder) and its params."""
+def encoder_source(
+    plan: Plan, experiment: Experiment
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """What an experiment's encoder comes from, as its evaluation jobs' (deps, DVC's lock deps,
+    params keys): a run's pointer file; a baseline's pretrained backbone (a local folder, the
+    lock of a hub branch) and its params."""
     if isinstance(experiment, Run):
-        return (str(experiment.pointer_file),), ()
+        return (str(experiment.pointer_file),), (), ()
     keys = (f"baselines.{experiment.key}", f"backbones.{experiment.backbone}")
-    return local_model_folder(experiment.backbone_spec), keys
+    written = plan.params.backbones[experiment.backbone]
+    return local_model_folder(experiment.backbone_spec), lock_deps(written), keys
 
 
 def evaluation_job(
@@ -169,7 +177,7 @@ def evaluation_job(
     settings = params.evaluation_settings(evaluation, experiment.method)
     if not settings.is_enabled():
         return None
-    deps, keys = encoder_source(plan, experiment)
+    deps, locks, keys = encoder_source(plan, experiment)
     section = registered.section(evaluation)
     out = (str(output_file(evaluation, name)),)
     method = experiment.method
@@ -181,7 +189,7 @@ def evaluation_job(
     return Job(
         evaluation, name, EVALUATE_STAGE, f"{evaluation} --experiment {shlex.quote(name)}",
         params_file,
-        deps=(*deps, *(str(path) for path in settings.reads())),
+        deps=(*deps, *(str(path) for path in settings.reads())), dvc_deps=locks,
         params=(section, "identity", *keys, *overrides),
         gpu=True, code_modules=registered.code_modules,
         metrics=out if registered.dvc_metrics else (), outs=() if registered.dvc_metrics else out,
@@ -214,6 +222,7 @@ def build_jobs(plan: Plan, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
             deps = (str(first.pointer_file),)
         train.append(
             Job("train", name, "stages.train", shlex.quote(name), f, deps=deps, params=keys,
+                dvc_deps=lock_deps(params.backbones[run.backbone]) if first is run else (),
                 metrics=(str(run.pointer_file),), plots=run_curves, gpu=first is run,
                 code_modules=run.code_modules, identity=run.run_id,
                 same_run_as=None if first is run else first.name)
@@ -245,6 +254,7 @@ def build_jobs(plan: Plan, params_file: str = str(DEFAULT_PARAMS)) -> list[Job]:
                 f"--backbone {run.backbone} --method {shlex.quote(run.method)} --corpus {corpus} "
                 f"--output {out}", f,
                 deps=(corpus, *local_model_folder(run.backbone_spec)),
+                dvc_deps=lock_deps(params.backbones[run.backbone]),
                 params=("triplets", f"backbones.{run.backbone}", "identity",
                         *overriding_method(run, params.methods[run.method].triplets)),
                 outs=(out, str(layout.triplets_stats_file(tid))),
@@ -371,7 +381,7 @@ def dvc_yaml(jobs: Sequence[Job], params_file: str = str(DEFAULT_PARAMS)) -> str
     made_by_jobs = {out for job in jobs for out in job.outputs}
     for job in jobs:
         stage: dict[str, Any] = {"cmd": job.cmd}
-        deps = (*job.deps, job.code_manifest) if job.code_manifest else job.deps
+        deps = (*job.deps, *job.dvc_deps, *filter(None, [job.code_manifest]))
         if not job.code_manifest and not made_by_jobs.intersection(deps):
             deps = (checked, *deps)  # no stage upstream of it: after `check` through this file
         if deps:
