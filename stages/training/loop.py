@@ -51,7 +51,7 @@ from stages.training.optim import clip_gradients
 from stages.training.outputs import run_metrics, save_encoder, save_final_and_best
 from stages.training.parts import TrainingParts
 from stages.training.records import stop_if_diverged
-from stages.training.runtime import phase, resolve_runtime, unmeasured_under_graphs
+from stages.training.runtime import compile_inputs, phase, resolve_runtime
 
 # What other code imports from here: the runner, the benchmarks, the tests.
 __all__ = ["Batch", "StepHook", "TrainJob", "Training", "contrastive_loss", "save_encoder", "train"]
@@ -82,14 +82,7 @@ def train(
         ctx.local_rank,
         settings.compile,
         processes=ctx.world_size,
-        chunked=settings.embedding_chunk_size is not None,
-        accumulation_steps=settings.gradient_accumulation_steps,
-        unpad=settings.unpad,
-        unmeasured=unmeasured_under_graphs(
-            sam=settings.sam.enabled,
-            triplets=job.objective.needs_triplets,
-            gradient_checkpointing=settings.gradient_checkpointing,
-        ),
+        **compile_inputs(settings, needs_triplets=job.objective.needs_triplets),
     )
     with dist_util.process_group(ctx, runtime.device), ExitStack() as contexts:
         contexts.enter_context(runtime.fp32_matmuls())

@@ -23,12 +23,13 @@ from __future__ import annotations
 import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from stages.core.errors import StageError
+from stages.core.schema.params import TrainParams
 from stages.modeling.cpu_linear import fp32_matmuls_on_onednn, onednn_linear_available
 
 CompileMode = bool | Literal["reduce-overhead"]
@@ -172,6 +173,21 @@ def unmeasured_under_graphs(
         ("gradient checkpointing", gradient_checkpointing),
     )
     return tuple(name for name, used in parts if used)
+
+
+def compile_inputs(train: TrainParams, *, needs_triplets: bool) -> dict[str, Any]:
+    """What ``resolve_compile`` reads of a run's train settings (and whether its objective has
+    a triplet branch), besides the setting itself, the device and the process count."""
+    return {
+        "chunked": train.embedding_chunk_size is not None,
+        "accumulation_steps": train.gradient_accumulation_steps,
+        "unpad": train.unpad,
+        "unmeasured": unmeasured_under_graphs(
+            sam=train.sam.enabled,
+            triplets=needs_triplets,
+            gradient_checkpointing=train.gradient_checkpointing,
+        ),
+    }
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

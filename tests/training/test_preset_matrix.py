@@ -41,8 +41,8 @@ from stages.training.job import TrainJob, standalone_run
 from stages.training.runtime import (
     CompileChoice,
     CompileMode,
+    compile_inputs,
     resolve_compile,
-    unmeasured_under_graphs,
 )
 
 pytestmark = pytest.mark.slow
@@ -151,19 +151,12 @@ MATRIX = matrix()
 
 def on_one_gpu(config: Configuration) -> CompileChoice:
     """``train.compile`` as the trainer resolves it for one process on a GPU."""
-    train = config.train
+    train, triplets = config.train, config.objective.needs_triplets
     return resolve_compile(
         train.compile,
         torch.device("cuda"),
         processes=1,
-        chunked=train.embedding_chunk_size is not None,
-        accumulation_steps=train.gradient_accumulation_steps,
-        unpad=train.unpad,
-        unmeasured=unmeasured_under_graphs(
-            sam=train.sam.enabled,
-            triplets=config.objective.needs_triplets,
-            gradient_checkpointing=train.gradient_checkpointing,
-        ),
+        **compile_inputs(train, needs_triplets=triplets),
     )
 
 
