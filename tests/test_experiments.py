@@ -380,15 +380,6 @@ def without(raw: dict[str, Any], path: tuple[str, ...], key: str) -> dict[str, A
     return edited
 
 
-def written(raw: dict[str, Any], path: tuple[str, ...], key: str, value: Any) -> dict[str, Any]:
-    edited = copy.deepcopy(raw)
-    node = edited
-    for part in path:
-        node = node.setdefault(part, {})
-    node[key] = value
-    return edited
-
-
 def parsed(raw: dict[str, Any]) -> Params | None:
     try:
         return parse_params(raw)
@@ -427,6 +418,8 @@ def test_ids_never_depend_on_todays_defaults(monkeypatch: pytest.MonkeyPatch) ->
     gets the id it gets writing the new value under the old default (ids read the resolved
     values, never a default), and every output whose inputs that changes gets a new id, unless
     the key is marked execution-only. (The code is left out of the ids: not what is tested.)"""
+    from test_settings_walk import _set as set_setting
+
     from stages.core.identity import experiments
 
     monkeypatch.setattr(experiments, "code_identity", lambda modules: {"modules": list(modules)})
@@ -444,7 +437,7 @@ def test_ids_never_depend_on_todays_defaults(monkeypatch: pytest.MonkeyPatch) ->
         for path in paths:
             unwritten = without(raw, path, key)
             dumped = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-            spelled = parsed(written(raw, path, key, dumped))
+            spelled = parsed(set_setting(raw, ".".join((*path, key)), dumped))
             before = parsed(unwritten)
             with default_changed(model, key, value) as importable:
                 if not importable:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,25 @@ def stage(root: Path, module: str, *args: str) -> subprocess.CompletedProcess[st
         [sys.executable, "-m", module, *args],
         cwd=root, env=env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+
+
+def trainer_held_in_its_lock(root: Path, release: Path, rid: str) -> subprocess.Popen[str]:
+    """``stages.train`` of ``EXPERIMENT`` held inside run ``rid``'s lock just before it trains
+    (its params read, its run planned) until ``release`` exists; returned once it holds the
+    lock."""
+    trainer = subprocess.Popen(
+        [sys.executable, str(KILL_POINT), "stages.training.run_folder:train", "1", "before", "--",
+         "stages.train", EXPERIMENT, "--params", "params.yaml"],
+        cwd=root, env=env(HOLD_UNTIL=str(release)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lock = root / "runs" / f"{rid}.lock"
+    deadline = time.monotonic() + 300
+    while not (lock.is_file() and json.loads(lock.read_text()).get("pid") == trainer.pid):
+        assert trainer.poll() is None, trainer.communicate()[1]
+        assert time.monotonic() < deadline, "the trainer never took the lock"
+        time.sleep(0.1)
+    return trainer
 
 
 def killed(root: Path, target: str, n: int, when: str, module: str, *args: str,

@@ -7,21 +7,17 @@ under the id of the params it read, and the rerun trains the edited one."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 from fault_helpers import (
     EXPERIMENT,
-    KILL_POINT,
-    env,
     make_workspace,
     no_finished_outputs,
     run_id,
     stage,
+    trainer_held_in_its_lock,
 )
 
 from stages.core.storage.run_folders import is_complete
@@ -36,18 +32,7 @@ def test_tau_edited_while_train_runs_stops_it_before_its_pointer(
     read = run_id(root)
     release = tmp_path / "release"
     # held inside the run's lock just before it trains: the params were read, the run planned
-    trainer = subprocess.Popen(
-        [sys.executable, str(KILL_POINT), "stages.training.run_folder:train", "1", "before", "--",
-         "stages.train", EXPERIMENT, "--params", "params.yaml"],
-        cwd=root, env=env(HOLD_UNTIL=str(release)), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    lock = root / "runs" / f"{read}.lock"
-    deadline = time.monotonic() + 300
-    while not (lock.is_file() and json.loads(lock.read_text()).get("pid") == trainer.pid):
-        assert trainer.poll() is None, trainer.communicate()[1]
-        assert time.monotonic() < deadline, "the trainer never took the lock"
-        time.sleep(0.1)
+    trainer = trainer_held_in_its_lock(root, release, read)
     raw = yaml.safe_load((root / "params.yaml").read_text())
     raw["methods"]["simcse"]["objective"]["tau"] = 0.07
     (root / "params.yaml").write_text(yaml.safe_dump(raw))

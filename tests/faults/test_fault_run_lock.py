@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,13 +16,12 @@ import pytest
 from fault_helpers import (
     EVALS,
     EXPERIMENT,
-    KILL_POINT,
     STEPS,
     assert_same_run,
-    env,
     make_workspace,
     run_id,
     stage,
+    trainer_held_in_its_lock,
 )
 
 import stages.train as train_stage
@@ -49,18 +47,7 @@ def test_two_trainers_of_one_run_one_trains_the_other_names_it(
     # has been answered: the two overlap whatever the machine's speed (8 tiny steps take less
     # than a second, a stage's start several).
     release = tmp_path / "release"
-    first = subprocess.Popen(
-        [sys.executable, str(KILL_POINT), "stages.training.run_folder:train", "1", "before", "--",
-         "stages.train", EXPERIMENT, "--params", "params.yaml"],
-        cwd=root, env=env(HOLD_UNTIL=str(release)), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    lock = root / "runs" / f"{rid}.lock"
-    deadline = time.monotonic() + 300
-    while not (lock.is_file() and json.loads(lock.read_text()).get("pid") == first.pid):
-        assert first.poll() is None, first.communicate()[1]
-        assert time.monotonic() < deadline, "the first trainer never took the lock"
-        time.sleep(0.1)
+    first = trainer_held_in_its_lock(root, release, rid)
     second = stage(root, "stages.train", EXPERIMENT, "--params", "params.yaml")
     release.touch()
     error = first.communicate(timeout=600)[1]
