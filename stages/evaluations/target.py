@@ -26,6 +26,7 @@ def encoder_for(
             experiment.spec.pooler,
             label=experiment.name,
             revision=backbone.revision,
+            layers=backbone.layers,
             batch_size=batch_size,
             device=device,
         )

@@ -35,7 +35,7 @@ from stages.core.identity.backbones import (
     unpinned,
     unpinned_message,
 )
-from stages.core.schema.params import PACKAGE_PREFIX, BackboneParams, RandomInit
+from stages.core.schema.params import PACKAGE_PREFIX, BackboneParams
 from stages.modeling.backbone_adapters import BackboneAdapter, adapter_for, log_padded_only
 
 # What from_pretrained raises for a model it cannot load: a missing file or hub repo (OSError), a
@@ -167,7 +167,9 @@ def load_backbone(
     adapter = adapter_for(config.model_type)
     log_padded_only(adapter)
     if spec.random_init is not None:
-        config = resized_config(config, adapter, spec.random_init)
+        config = resized_config(config, adapter, spec.random_init.model_dump())
+    if spec.layers is not None:
+        config = first_layers(config, adapter, spec.layers, label)
     if dropout is None:
         require_dropout(config, adapter, spec.model)
     else:
@@ -189,17 +191,33 @@ def load_backbone(
 
 
 def resized_config(
-    config: PreTrainedConfig, adapter: BackboneAdapter, sizes: RandomInit
+    config: PreTrainedConfig, adapter: BackboneAdapter, sizes: dict[str, int]
 ) -> PreTrainedConfig:
-    """``config`` at ``random_init``'s sizes, rebuilt so that the keys derived from them
-    (the adapter's ``derived_keys``, e.g. ModernBERT's per-layer ``layer_types``) follow."""
+    """``config`` at ``sizes`` (``random_init``'s BERT names), rebuilt so that the keys derived
+    from them (the adapter's ``derived_keys``, e.g. ModernBERT's per-layer ``layer_types``)
+    follow."""
     values = config.to_dict()
     for key in adapter.derived_keys:
         values.pop(key, None)
-    for name, value in sizes.model_dump().items():
+    for name, value in sizes.items():
         key = adapter.config_name(name)
         values[config.attribute_map.get(key, key)] = value
     return type(config).from_dict(values)
+
+
+def first_layers(
+    config: PreTrainedConfig, adapter: BackboneAdapter | None, layers: int, label: str
+) -> PreTrainedConfig:
+    """``config`` cut to its first ``layers`` transformer layers: ``from_pretrained`` then loads
+    the embeddings and those layers' weights and leaves the later layers' unread."""
+    name = adapter.config_name("num_hidden_layers") if adapter else "num_hidden_layers"
+    present = getattr(config, name, None)
+    if not isinstance(present, int) or layers > present:
+        raise ValueError(f"{label}: layers {layers} exceeds the {present} layers the model has")
+    if adapter is None:
+        values = {**config.to_dict(), name: layers}
+        return type(config).from_dict(values)
+    return resized_config(config, adapter, {"num_hidden_layers": layers})
 
 
 def attention_implementation(adapter: BackboneAdapter, requested: str | None) -> str:

@@ -33,7 +33,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from stages.core.identity.code import code_identity
 from stages.core.schema.params import POOLERS
 from stages.core.storage import layout
-from stages.modeling.backbone import loading, model_location, pretrained_tokenizer
+from stages.modeling.backbone import first_layers, loading, model_location, pretrained_tokenizer
 from stages.modeling.backbone_adapters import find_adapter, log_padded_only
 from stages.modeling.checkpoint import ENCODER_FILE, EncoderInfo, read_encoder_info
 from stages.modeling.cpu_linear import use_onednn_linear
@@ -232,7 +232,8 @@ def _mover(device: torch.device) -> Callable[[np.ndarray | torch.Tensor], torch.
 
 class SentenceEncoder:
     """``encoder(sentences) -> np.ndarray`` for a model name, directory or trained checkpoint;
-    sentences are truncated to ``max_length`` tokens (default: the longest the model takes)."""
+    sentences are truncated to ``max_length`` tokens (default: the longest the model takes);
+    ``layers`` keeps a pretrained model's first layers (a backbone's ``layers``, for baselines)."""
 
     def __init__(
         self,
@@ -245,8 +246,10 @@ class SentenceEncoder:
         device: str = "auto",
         precision: Precision = "fp32",
         unpad: bool = True,
+        layers: int | None = None,
     ) -> None:
         self.model_name = model
+        self.layers = layers
         self.unpad = unpad
         self.location = model_location(model, model)
         self.info = read_encoder_info(self.location) if Path(self.location).is_dir() else None
@@ -281,6 +284,8 @@ class SentenceEncoder:
         # would otherwise leave it out), so a trained pooler is loaded, never left random
         adapter = find_adapter(config.model_type)
         log_padded_only(adapter)
+        if self.layers is not None:
+            config = first_layers(config, adapter, self.layers, self.model_name)
         with loading(self.model_name, "weights", self.location):
             model, report = AutoModel.from_pretrained(  # float32: precision is autocast's
                 self.location,

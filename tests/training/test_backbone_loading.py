@@ -113,3 +113,29 @@ def test_a_half_precision_checkpoint_loads_with_float32_weights(
     tiny = BackboneParams(model=str(folder), random_init={"hidden_size": 32})
     assert load_backbone(tiny, dropout=0.1).dtype == torch.float32
     assert SentenceEncoder(str(folder), "mean", device="cpu").model.dtype == torch.float32
+
+
+def test_layers_keeps_the_pretrained_first_layers(minilm_path: str) -> None:
+    """``layers: 2``: the embeddings and layers 0-1 are the pretrained ones, bit for bit; the
+    same encoder a baseline of that backbone evaluates."""
+    whole = load_backbone(BackboneParams(model=minilm_path), dropout=0.1)
+    cut = load_backbone(BackboneParams(model=minilm_path, layers=2), dropout=0.1)
+    assert cut.config.num_hidden_layers == 2 and len(cut.encoder.layer) == 2
+    kept = whole.state_dict()
+    for name, tensor in cut.state_dict().items():
+        assert kept[name].equal(tensor), name
+    baseline = SentenceEncoder(minilm_path, "mean", layers=2)
+    assert len(baseline.model.encoder.layer) == 2
+    assert baseline.model.encoder.layer[1].output.dense.weight.equal(
+        whole.encoder.layer[1].output.dense.weight
+    )
+
+
+def test_more_layers_than_the_model_has_are_refused(minilm_path: str) -> None:
+    with pytest.raises(ValueError, match=r"^backbones\.m.*: layers 7 exceeds the 6 layers"):
+        load_backbone(BackboneParams(model=minilm_path, layers=7), dropout=0.1, key="m")
+
+
+def test_layers_with_random_init_is_refused() -> None:
+    with pytest.raises(ValueError, match="random_init ignores the weights"):
+        BackboneParams(model="x", layers=2, random_init={"hidden_size": 32})

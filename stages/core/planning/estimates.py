@@ -150,13 +150,20 @@ CONFIG_KEYS = {
 
 
 def architecture(spec: BackboneParams) -> Architecture:
-    """The backbone's layer shapes: its random_init size, a known hub id, or its config.json;
-    otherwise (a hub id we do not know, a config without them) the largest supported one's,
-    so that a time limit is never too short. A damaged config is no error here: loading the
-    model says what is wrong with it."""
+    """The backbone's layer shapes: its random_init size, or a known hub id's or its
+    config.json's cut to its ``layers``; otherwise (a hub id we do not know, a config without
+    them) the largest supported one's, so that a time limit is never too short. A damaged config
+    is no error here: loading the model says what is wrong with it."""
     if spec.random_init is not None:
         r = spec.random_init
         return Architecture(r.num_hidden_layers, r.hidden_size, r.intermediate_size)
+    whole = pretrained_architecture(spec)
+    if spec.layers is None:
+        return whole
+    return replace(whole, layers=min(whole.layers, spec.layers))
+
+
+def pretrained_architecture(spec: BackboneParams) -> Architecture:
     if spec.model in KNOWN_ARCHITECTURES:
         return KNOWN_ARCHITECTURES[spec.model]
     try:

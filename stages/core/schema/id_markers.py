@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -57,8 +57,15 @@ def markers(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Mar
         found = marker(field)
         if found is not None:
             yield f"{prefix}{name}", found
-        elif isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+        elif _is_model(field.annotation):
             yield from markers(field.annotation, f"{prefix}{name}.")
+        elif get_origin(field.annotation) is dict and _is_model(get_args(field.annotation)[1]):
+            # a section of named entries (backbones: {name: BackboneParams})
+            yield from markers(get_args(field.annotation)[1], f"{prefix}{name}.<name>.")
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 def identity_settings(settings: BaseModel) -> dict[str, Any]:

@@ -449,6 +449,20 @@ class BackboneParams(Section):
     random_init: RandomInit | None = Field(
         None, description="ignore the weights and initialise this size randomly"
     )
+    layers: Annotated[PositiveInt | None, InId(absent=None)] = Field(
+        None,
+        description="keep the pretrained encoder's first N transformer layers (a smaller "
+        "encoder with real weights, e.g. for a study on a CPU); null: all of them",
+    )
+
+    @model_validator(mode="after")
+    def _layers_of_pretrained_weights(self) -> Self:
+        if self.layers is not None and self.random_init is not None:
+            raise ValueError(
+                "layers keeps pretrained layers and random_init ignores the weights: give "
+                "random_init.num_hidden_layers instead"
+            )
+        return self
 
 
 class MethodOverride(Section):
