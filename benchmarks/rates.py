@@ -66,8 +66,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 TRAIN_GPU_MAX_LENGTH = 32  # benchmarks/train_gpu.py's max_seq_length (its docstring)
 ABOUT = (
-    "Measured rates of stages/core/planning/estimates.py, written by `cse estimates "
-    "--write-rates` from benchmarks/results/*.json: rerun that, do not edit this."
+    "Measured rates of stages/core/planning/estimates.py, written by `python -m "
+    "benchmarks.rates` from benchmarks/results/*.json: rerun that, do not edit this."
 )
 
 
