@@ -31,13 +31,14 @@ squares (``with_fixed_parts``), and each stage's start-up (``StartUp``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from stages.core.errors import StageError
 from stages.core.planning.estimates import (
@@ -63,6 +64,7 @@ from stages.core.planning.estimates import (
 from stages.core.storage.atomic import write_text
 
 REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 TRAIN_GPU_MAX_LENGTH = 32  # benchmarks/train_gpu.py's max_seq_length (its docstring)
 ABOUT = (
@@ -291,40 +293,53 @@ def with_fixed_parts(measured: Sequence[Measured]) -> list[Measured]:
     return [replace(m, fixed=fixed(m)) for m in measured]
 
 
+def train_overhead_steps(data: dict[str, Any]) -> list[Measured]:
+    """benchmarks/train_overhead.py's record: its model's shape is in its description."""
+    small = re.search(r"(\d+) x (\d+) \(FFN (\d+)\)", data["setup"]["model"])
+    if small is None:
+        raise ValueError(f"no 'L x H (FFN F)' in setup.model {data['setup']['model']!r}")
+    arch = Architecture(*map(int, small.groups()))
+    return cpu_train_steps("train_overhead.json", data, arch, "ours_{p}_steps_per_s")
+
+
+def parsed(path: Path, parse: Callable[[dict[str, Any]], T]) -> T:
+    """``parse`` of the record at ``path``; a record that is missing, not JSON or not in the
+    layout ``parse`` reads is a StageError naming it."""
+    if not path.is_file():
+        raise StageError(
+            f"{path} not found: the measured rates are made of the benchmark records there "
+            "(--results names another folder)"
+        )
+    try:
+        return parse(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+        raise StageError(
+            f"{path}: not a record benchmarks/rates.py can read ({type(e).__name__}: {e})"
+        ) from e
+
+
 def measured_rates(results: Path) -> dict[str, Any]:
     """measured_rates.json's content from the benchmark results in ``results``."""
-
-    def read(name: str) -> dict[str, Any]:
-        if not (results / name).is_file():
-            raise StageError(
-                f"{results / name} not found: the measured rates are made of the benchmark "
-                "records there (--results names another folder)"
-            )
-        return json.loads((results / name).read_text(encoding="utf-8"))
-
-    h200, h100 = read("train_gpu.json"), read("train_gpu_h100.json")
-    smoke, start = smoke_rates(read("smoke_time.json"))
-    senteval, load = senteval_rates(read("senteval.json"))
-    overhead = read("train_overhead.json")
-    small = re.search(r"(\d+) x (\d+) \(FFN (\d+)\)", overhead["setup"]["model"])
-    if small is None:
-        raise ValueError(
-            f"train_overhead.json: no 'L x H (FFN F)' in {overhead['setup']['model']!r}"
-        )
+    h100_steps, h100_dev = parsed(results / "train_gpu_h100.json", lambda data: (
+        gpu_train_steps("train_gpu_h100.json", data["device"], data["eager"]["runs"],
+                        "eager.runs"),
+        h100_dev_evaluations(data),
+    ))  # fmt: skip
+    smoke, start = parsed(results / "smoke_time.json", smoke_rates)
+    senteval, load = parsed(results / "senteval.json", senteval_rates)
     measured = [
         *(m for path in sorted(results.glob("gpu_suite_*.json"))
-          for m in gpu_suite_steps(path.name, read(path.name))),
-        *gpu_train_steps("train_gpu.json", h200["device"], h200["runs"], "runs"),
-        *gpu_train_steps("train_gpu_h100.json", h100["device"], h100["eager"]["runs"],
-                         "eager.runs"),
-        *cpu_train_steps("train_cpu.json", read("train_cpu.json"), MINILM_L6,
-                         "ours_{p}_s_per_step"),
-        *cpu_train_steps("train_overhead.json", overhead,
-                         Architecture(*map(int, small.groups())), "ours_{p}_steps_per_s"),
-        *h100_dev_evaluations(h100),
+          for m in parsed(path, functools.partial(gpu_suite_steps, path.name))),
+        *parsed(results / "train_gpu.json", lambda data: gpu_train_steps(
+            "train_gpu.json", data["device"], data["runs"], "runs")),
+        *h100_steps,
+        *parsed(results / "train_cpu.json", lambda data: cpu_train_steps(
+            "train_cpu.json", data, MINILM_L6, "ours_{p}_s_per_step")),
+        *parsed(results / "train_overhead.json", train_overhead_steps),
+        *h100_dev,
         *smoke,
         *senteval,
-        mteb_rate(read("mteb_minilm.json")),
+        parsed(results / "mteb_minilm.json", mteb_rate),
     ]  # fmt: skip
     rounded = [replace(m, work=significant(m.work), seconds=significant(m.seconds))
                for m in measured]  # fmt: skip

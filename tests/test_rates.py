@@ -1,11 +1,13 @@
 """benchmarks/rates.py: the measured rates file is what it makes of benchmarks/results/, byte
-for byte; a GPU suite record is read and preferred at its size; a missing record is a one-line
-error that writes nothing."""
+for byte; a GPU suite record is read and preferred at its size; a missing record, or one in a
+layout it does not read, is a one-line error naming it that writes nothing."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -70,5 +72,31 @@ def test_the_command_writes_the_rates_or_names_the_missing_record(
     assert str(exited.value) == (
         f"error: {results / 'senteval.json'} not found: the measured rates are made of the "
         "benchmark records there (--results names another folder)"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "cause"),
+    [
+        ("train_gpu.json", lambda text: text[:200], "JSONDecodeError"),
+        ("smoke_time.json", lambda text: text.replace('"model":', '"the_model":', 1), "KeyError"),
+        ("train_overhead.json", lambda text: re.sub(r"FFN \d+", "FFN", text), "ValueError"),
+        ("gpu_suite_h100.json", lambda text: "[1]", "AttributeError"),
+    ],
+)
+def test_a_record_in_another_layout_is_named_and_nothing_is_written(
+    tmp_path: Path, name: str, damage: Callable[[str], str], cause: str
+) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(RECORDS, results)
+    record = results / name
+    # no gpu_suite record is kept in the repository: that case adds one
+    record.write_text(damage(record.read_text() if record.is_file() else ""))
+    out = tmp_path / "measured_rates.json"
+    with pytest.raises(SystemExit) as exited:
+        main(["--results", str(results), "--out", str(out)])
+    assert str(exited.value).startswith(
+        f"error: {record}: not a record benchmarks/rates.py can read ({cause}: "
     )
     assert not out.exists()
