@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -42,6 +43,22 @@ def test_the_core_imports_no_heavy_package() -> None:
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert json.loads(result.stdout) == []
+
+
+def test_no_module_of_the_package_imports_the_benchmarks() -> None:
+    """benchmarks/ is not in the installed package: it may import stages, never the reverse
+    (the rates file, not the benchmark records, is what the estimates read)."""
+    importers = []
+    for path in sorted((REPO / "stages").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )  # fmt: skip
+            if any(name.split(".")[0] == "benchmarks" for name in names):
+                importers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert importers == []
 
 
 def test_no_import_points_back_up_the_layers() -> None:

@@ -20,7 +20,6 @@ from stages.core.planning.estimates import (
     BERT_LARGE,
     CLASSIFIER_MODES,
     MIN_LIMIT_MINUTES,
-    RATES_FILE,
     TRAIN,
     TRANSFER_TASKS,
     WIKI_BATCH_LONGEST_TOKENS,
@@ -32,9 +31,7 @@ from stages.core.planning.estimates import (
     job_estimate,
     job_limit_minutes,
     limit_minutes,
-    measured_rates,
     padded_length,
-    rates_from_json,
     recorded_rates,
     senteval_cost,
     timing,
@@ -155,37 +152,6 @@ def test_an_unmeasured_combination_is_scaled_by_flops_and_says_so() -> None:
     assert tiny.seconds == pytest.approx(tiny.fixed, rel=1e-3)
     fp32 = timing(rates, TRAIN, "h100", "fp32", base)
     assert "unmeasured on h100 in fp32: h100 bf16's" in fp32.basis
-
-
-def test_the_measured_rates_file_is_current() -> None:
-    """measured_rates.json is what `cse estimates --write-rates` makes of benchmarks/results."""
-    assert json.loads(RATES_FILE.read_text(encoding="utf-8")) == measured_rates(RESULTS), (
-        "stages/core/planning/measured_rates.json is stale: run `cse estimates --write-rates`"
-    )
-
-
-def test_a_gpu_suite_record_is_read_and_preferred_at_its_size(tmp_path: Path) -> None:
-    """Where a device ran benchmarks/gpu_suite.py, its default settings' rate prices a
-    BERT-base step on that GPU kind, and the estimate names the record; a smoke record is
-    never read."""
-    results = tmp_path / "results"
-    results.mkdir()
-    for f in RESULTS.glob("*.json"):
-        (results / f.name).write_text(f.read_text())
-    suite = {"device": "NVIDIA H100 80GB HBM3", "smoke": False,
-             "protocol": {"batch_size": 64, "max_seq_length": 32},
-             "configs": [{"name": "default", "size": "base", "training_steps_per_s": 100.0,
-                          "execution": {"precision": "bf16", "unpadded": True,
-                                        "compile": "reduce-overhead"}},
-                         {"name": "padded_graphs", "size": "base",
-                          "training_steps_per_s": 90.0}]}  # fmt: skip
-    (results / "gpu_suite_h100.json").write_text(json.dumps(suite))
-    (results / "gpu_suite_h200.json").write_text(json.dumps({**suite, "smoke": True}))
-    rates = rates_from_json(measured_rates(results))
-    step = timing(rates, TRAIN, "h100", "bf16", train_step_flops(BERT_BASE, 64, padded_length(32)))
-    assert step.seconds == pytest.approx(0.01)
-    assert step.basis.startswith("gpu_suite_h100.json configs[0] (BERT-base, batch 64, default")
-    assert not any(m.record.startswith("gpu_suite_h200") for m in rates.measured)
 
 
 def test_an_epoch_of_bert_base_costs_its_measured_steps_and_dev_evaluations() -> None:

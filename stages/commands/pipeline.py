@@ -23,7 +23,6 @@ from stages.core.planning.estimates import (
     Machine,
     dry_run,
     format_dry_run,
-    write_rates,
 )
 from stages.core.planning.jobs import (
     DVC_YAML,
@@ -108,11 +107,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         help=f"estimates: the GPU kind of train.device cuda (default {DEFAULT_GPU}), and of auto "
         "even where no GPU is visible (without it, auto is this machine's GPU or its CPU)",
     )
-    parser.add_argument(
-        "--write-rates",
-        action="store_true",
-        help="estimates: regenerate the measured rates from benchmarks/results/ (run it there)",
-    )
     args = parser.parse_args(argv)
     if args.command == "docs":
         write_text(README, with_evaluations_table(README.read_text(encoding="utf-8")))
@@ -128,9 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{DVC_YAML} is up to date")
         return
     plan = plan_experiments(load_params(args.params))
-    if args.command == "estimates" and args.write_rates:
-        print(f"wrote {write_rates()}")
-    elif args.command == "estimates":
+    if args.command == "estimates":
         machine = Machine(args.gpu or DEFAULT_GPU, args.gpu is not None or visible_gpus() > 0)
         print(f"dry run of {args.params}")
         print(format_dry_run(plan, dry_run(plan, args.params, machine), machine))

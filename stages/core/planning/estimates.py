@@ -5,7 +5,6 @@ the presets' dry run.
                                                       (run id, minutes of its train job and of
                                                       each evaluation), the totals, the device
                                                       and the measured record behind each figure
-    cse estimates --write-rates                       regenerate measured_rates.json (below)
 
 Where a job runs: ``train.device: cpu`` on the CPU; ``cuda`` on a GPU of the kind ``--gpu`` names
 (default ``DEFAULT_GPU``); ``auto`` on that GPU where one is visible (``Machine.auto_on_gpu``:
@@ -45,25 +44,9 @@ proportional above it, so that a scaled figure never falls below what the record
 Embedding lookups cost no FLOPs to speak of and attention scores are small at these lengths, so
 the weights of the transformer layers are what counts (``Architecture.weights``).
 
-The rates are read from ``measured_rates.json`` beside this module, which ``cse estimates
---write-rates`` regenerates from the benchmark results in benchmarks/results/ (tests/
-test_estimates.py checks that it is current): train_gpu.json (H200) and train_gpu_h100.json
-(H100), the stage's trainer on a BERT-base-sized model at batch 64 (and 512 on the H200) and the
-H100's dev evaluations; gpu_suite_<gpu>.json where a device has run benchmarks/gpu_suite.py (the
-default settings' rate at BERT-base and -large size, preferred at its size); train_cpu.json
-(all-MiniLM-L6-v2) and train_overhead.json (a 2-layer width-128 BERT), the trainer on the CPU at
-batch 64 in fp32 and bf16; smoke_time.json, the smoke preset end to end on the CPU (the tiny
-model's step, dev evaluation, SentEval and MTEB encoding, classifiers, and every stage's
-start-up); senteval.json, SentEval's encoding, classifiers in both modes and model load for
-all-MiniLM-L6-v2 on the CPU; mteb_minilm.json, MTEB's encoding of it. Not those files directly:
-they sit in the repository, not in the installed package this module belongs to; each benchmark
-script writes its own layout, which changes when a script does; and the DAG of either
-orchestrator is built from these estimates, so a half-written or reshaped result must not break
-it. A regenerated file is a reviewed diff of the figures every estimate rests on.
-(benchmarks/results/step_throughput_cpu.json is read by no estimate: it times a bare
-forward/backward loop, not the stage's trainer, on a busy machine, and its steps are 10 to 50
-times slower than the trainer's own records at the same sizes: train_overhead.json,
-train_cpu.json.)
+The rates are read from ``measured_rates.json`` beside this module (``Rates``), which
+``python -m benchmarks.rates`` regenerates from the benchmark records in benchmarks/results/ (its
+docstring says which records, and why a generated file sits between them and this module).
 
 Estimates are best guesses; the CPU's were measured on the project's shared 2-core machine under
 the load each record notes. A SLURM time limit adds ``SAFETY`` on top, and a job that still hits
@@ -76,14 +59,11 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
-import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stages.core.errors import StageError
 from stages.core.identity.experiments import Plan
 from stages.core.planning.jobs import Job, build_jobs
 from stages.core.schema.evaluation_settings import (
@@ -95,7 +75,6 @@ from stages.core.schema.evaluation_settings import (
 )
 from stages.core.schema.mteb_task_sets import task_names
 from stages.core.schema.params import DEFAULT_PARAMS, BackboneParams, Params, ResolvedMethod
-from stages.core.storage.atomic import write_text
 
 # Architectures
 
@@ -404,7 +383,7 @@ def recorded_rates() -> Rates:
 
 
 def same_work(a: float, b: float) -> bool:
-    """FLOP counts equal but for the rates file's rounding (``significant``)."""
+    """FLOP counts equal but for the rates file's rounding (six significant digits)."""
     return math.isclose(a, b, rel_tol=1e-5)
 
 
@@ -443,290 +422,6 @@ def timing(rates: Rates, whats: Sequence[str], kind: str, precision: str, work: 
     if m.what != whats[0]:
         how += f"; {m.what} standing in for {whats[0]}"
     return Timing(seconds, fixed, f"{m.record}, {how}")
-
-
-# The measured rates file, from the benchmark results
-
-TRAIN_GPU_MAX_LENGTH = 32  # benchmarks/train_gpu.py's max_seq_length (its docstring)
-ABOUT = (
-    "Measured rates of stages/core/planning/estimates.py, written by `cse estimates "
-    "--write-rates` from benchmarks/results/*.json: rerun that, do not edit this."
-)
-
-
-def significant(x: float) -> float:
-    """Six significant digits: the records' noise is in the second."""
-    return float(f"{x:.6g}")
-
-
-def gpu_kind(device_name: str) -> str:
-    """A GPU's kind from its name as torch reports it ("NVIDIA H100 80GB HBM3")."""
-    for kind in GPU_KINDS:
-        if kind in device_name.lower():
-            return kind
-    raise ValueError(f"no rates are kept for the GPU {device_name!r} (known: {GPU_KINDS})")
-
-
-def gpu_train_steps(file: str, device: str, runs: list[dict[str, Any]], at: str) -> list[Measured]:
-    """benchmarks/train_gpu.py's runs (BERT-base size, bf16): the default (unpadded) forward
-    without dev evaluation, its steady rate; the dev evaluation is estimated on its own."""
-    kind = gpu_kind(device)
-    return [
-        Measured(
-            "train_step",
-            kind,
-            "bf16",
-            train_step_flops(BERT_BASE, r["batch_size"], padded_length(TRAIN_GPU_MAX_LENGTH)),
-            1 / r["steady_steps_per_s"],
-            f"{file} {at}[{i}] (BERT-base, batch {r['batch_size']}, bf16, training only: "
-            f"{r['steady_steps_per_s']:.1f} steps/s)",
-        )
-        for i, r in enumerate(runs)
-        if r["mode"] == "training_only" and r["unpad"]
-    ]
-
-
-SUITE_ARCHITECTURES = {"base": BERT_BASE, "large": BERT_LARGE}  # benchmarks/gpu_suite.py's sizes
-
-
-def gpu_suite_steps(file: str, data: dict[str, Any]) -> list[Measured]:
-    """benchmarks/gpu_suite.py's default-settings runs (each size, batch 64): the steady rate
-    with the dev evaluations' intervals left out. Listed before train_gpu's records, so that at
-    the same size and GPU the default settings' rate is the one an estimate uses."""
-    if data.get("smoke"):
-        return []
-    kind, batch = gpu_kind(data["device"]), data["protocol"]["batch_size"]
-    length = padded_length(data["protocol"]["max_seq_length"])
-    measured = []
-    for i, c in enumerate(data["configs"]):
-        rate = c.get("training_steps_per_s")
-        if c["name"] != "default" or not rate or "error" in c:
-            continue
-        execution = c.get("execution") or {}
-        forward = f"{'unpadded' if execution.get('unpadded') else 'padded'}, compile " + str(
-            execution.get("compile")
-        )
-        measured.append(
-            Measured(
-                "train_step",
-                kind,
-                execution.get("precision", "bf16"),
-                train_step_flops(SUITE_ARCHITECTURES[c["size"]], batch, length),
-                1 / rate,
-                f"{file} configs[{i}] (BERT-{c['size']}, batch {batch}, default settings: "
-                f"{forward}; training only: {rate:.1f} steps/s)",
-            )
-        )
-    return measured
-
-
-def h100_dev_evaluations(data: dict[str, Any]) -> list[Measured]:
-    """train_gpu_h100.json's STS-B dev evaluations (BERT-base, fp32 as the trainer's default
-    dev_precision), each run's median (the first pays for warming up)."""
-    return [
-        Measured("dev_encode", gpu_kind(data["device"]), "fp32", encode_flops(BERT_BASE),
-                 statistics.median(r["eval_seconds"]) / STSB_DEV_SENTENCES,
-                 f"train_gpu_h100.json eager.runs[{i}] eval_seconds' median (BERT-base: "
-                 f"{statistics.median(r['eval_seconds']):.3g} s per dev evaluation)")
-        for i, r in enumerate(data["eager"]["runs"])
-        if r["mode"] == "with_dev_eval" and r["unpad"]
-    ]  # fmt: skip
-
-
-def cpu_train_steps(
-    file: str, data: dict[str, Any], arch: Architecture, key: str
-) -> list[Measured]:
-    """The stage trainer's ("ours") seconds per step in each precision of a CPU benchmark:
-    the median over its interleaved rounds; ``key`` names the round entry, with {p} for the
-    precision (steps per second or seconds per step, as its name says)."""
-    setup = data["setup"]
-    flops = train_step_flops(arch, setup["batch_size"], padded_length(setup["max_seq_length"]))
-    measured = []
-    for precision in ("fp32", "bf16"):
-        name = key.format(p=precision)
-        values = [r[name] for r in data["rounds"] if name in r]
-        if values:
-            value = statistics.median(values)
-            seconds = 1 / value if name.endswith("steps_per_s") else value
-            measured.append(Measured(
-                "train_step", "cpu", precision, flops, seconds,
-                f"{file} rounds' median {name} ({setup['model']}, batch {setup['batch_size']}, "
-                f"{precision}: {seconds:.3g} s/step)",
-            ))  # fmt: skip
-    return measured
-
-
-def classifier_step(task: str, mode: str, dim: int, seconds: float, record: str) -> Measured:
-    """A task's measured classifier seconds as seconds per batched step (``classifier_work``)."""
-    steps, work = classifier_work(task, mode, dim)
-    return Measured("classifier_step", "cpu", "fp32", work, seconds / steps, record)
-
-
-def smoke_rates(data: dict[str, Any]) -> tuple[list[Measured], dict[str, float]]:
-    """benchmarks/smoke_time.py's record: the tiny model's rates on the CPU from what each
-    stage timed itself (medians over the preset's runs and evaluations), and each stage's
-    start-up (its job's wall time less that)."""
-    model = data["model"]
-    arch = Architecture(model["layers"], model["hidden"], model["intermediate"])
-    shape = f"{arch.layers} x {arch.hidden} random BERT"
-    # the tiny model's jobs (the preset's baseline evaluates a real encoder)
-    jobs = [job for job in data["jobs"] if job.get("backbone") == model["backbone"]]
-    by_stage = {stage: [job["self_timed"] for job in jobs if job["stage"] == stage]
-                for stage in ("train", "senteval", "mteb")}  # fmt: skip
-    plain = [r for r in by_stage["train"] if not (r["sam"] or r["triplets"])]
-    step = statistics.median((r["seconds"] - sum(r["eval_s"])) / r["steps"] for r in plain)
-    dev = statistics.median(s / STSB_DEV_SENTENCES for r in by_stage["train"] for s in r["eval_s"])
-    encode = statistics.median(
-        sum(t["encode_s"] for t in r["tasks"].values())
-        / sum(SENTEVAL_SENTENCES[name] for name in r["tasks"])
-        for r in by_stage["senteval"]
-    )
-    mteb = statistics.median(r["encode_s"] / r["texts_encoded"] for r in by_stage["mteb"])
-    transfer = sorted(
-        {name for r in by_stage["senteval"] for name in r["tasks"]} & set(TRANSFER_TASKS)
-    )
-    file, flops = "smoke_time.json", encode_flops(arch)
-    train_flops = train_step_flops(
-        arch, model["batch_size"], padded_length(model["max_seq_length"])
-    )
-    classifiers = {
-        name: statistics.median(r["tasks"][name]["classifier_s"] for r in by_stage["senteval"])
-        for name in transfer
-    }
-    mode = model["senteval_mode"]
-    measured = [
-        Measured("train_step", "cpu", model["precision"], train_flops, step,
-                 f"{file} plain runs' median ({shape}, batch {model['batch_size']}: "
-                 f"{step:.3g} s/step)"),
-        Measured("dev_encode", "cpu", "fp32", flops, dev,
-                 f"{file} dev evaluations' median ({shape}: {dev * 1e3:.3g} ms/sentence)"),
-        Measured("encode", "cpu", "fp32", flops, encode,
-                 f"{file} SentEval jobs' median ({shape}: {encode * 1e3:.3g} ms/sentence)"),
-        Measured("mteb_encode", "cpu", "fp32", flops, mteb,
-                 f"{file} MTEB jobs' median ({shape}: {mteb * 1e3:.3g} ms/sentence)"),
-        *(classifier_step(name, mode, arch.hidden, seconds,
-                          f"{file} SentEval jobs' median {name} classifiers ({shape}, {mode})")
-          for name, seconds in classifiers.items()),
-    ]  # fmt: skip
-    start = {
-        stage: statistics.median(job["start_up_s"] for job in jobs if job["stage"] == stage)
-        for stage in by_stage
-    }
-    return measured, start
-
-
-def senteval_rates(data: dict[str, Any]) -> tuple[list[Measured], float]:
-    """benchmarks/senteval.py's record (all-MiniLM-L6-v2 on the CPU): SentEval's encoding per
-    sentence (fasttest: the test mode's reads its cache), each transfer task's classifiers in
-    each mode, and the model's load time per parameter."""
-    file, results = "senteval.json", data["results"]
-    timings = results["fasttest"]["timings"]
-    sentences = sum(SENTEVAL_SENTENCES[name] for name in timings["tasks"])
-    encode = timings["encode_s"] / sentences
-    measured = [
-        Measured("encode", "cpu", "fp32", encode_flops(MINILM_L6), encode,
-                 f"{file} fasttest encode_s over its tasks' sentences (all-MiniLM-L6-v2: "
-                 f"{encode * 1e3:.3g} ms/sentence)"),
-        *(classifier_step(name, mode, MINILM_L6.hidden, task["classifier_s"],
-                          f"{file} {mode} {name} classifiers (dim {MINILM_L6.hidden})")
-          for mode in CLASSIFIER_MODES
-          for name, task in results[mode]["timings"]["tasks"].items() if name in TRANSFER_TASKS),
-    ]  # fmt: skip
-    return measured, data["wall_s"]["model_load_s"] / MINILM_L6.parameters
-
-
-def mteb_rate(data: dict[str, Any]) -> Measured:
-    """benchmarks/mteb_minilm.py's record: MTEB's encoding of the STS tasks (local copies)."""
-    tasks = data["sources"]["senteval"]["tasks"].values()
-    texts = sum(t["texts_encoded"] for t in tasks)
-    seconds = sum(t["texts_encoded"] / t["texts_per_s"] for t in tasks) / texts
-    return Measured("mteb_encode", "cpu", "fp32", encode_flops(MINILM_L6), seconds,
-                    f"mteb_minilm.json sources.senteval, all tasks (all-MiniLM-L6-v2: "
-                    f"{seconds * 1e3:.3g} ms/sentence)")  # fmt: skip
-
-
-def fixed_part(group: Sequence[Measured]) -> float:
-    """The least-squares intercept of seconds on FLOPs over a group's records, within
-    [0, its fastest record's seconds] (a noisy fit says no more than that)."""
-    works, seconds = [m.work for m in group], [m.seconds for m in group]
-    mean_work, mean_seconds = statistics.fmean(works), statistics.fmean(seconds)
-    slope = sum((w - mean_work) * (s - mean_seconds) for w, s in zip(works, seconds, strict=True))
-    slope /= sum((w - mean_work) ** 2 for w in works)
-    return min(max(mean_seconds - slope * mean_work, 0.0), min(seconds))
-
-
-def with_fixed_parts(measured: Sequence[Measured]) -> list[Measured]:
-    """Each record with its group's fitted fixed part (what, device kind, precision), where the
-    group has records of at least two sizes; otherwise another kind's of its class, if any."""
-    groups: dict[tuple[str, str, str], list[Measured]] = {}
-    for m in measured:
-        groups.setdefault((m.what, m.device, m.precision), []).append(m)
-    fitted = {key: fixed_part(g) for key, g in groups.items() if len({m.work for m in g}) > 1}
-
-    def fixed(m: Measured) -> float | None:
-        if (m.what, m.device, m.precision) in fitted:
-            return fitted[m.what, m.device, m.precision]
-        others = [value for (what, device, precision), value in fitted.items()
-                  if (what, device_class(device), precision)
-                  == (m.what, device_class(m.device), m.precision)]  # fmt: skip
-        return min(min(others), m.seconds) if others else None
-
-    return [replace(m, fixed=fixed(m)) for m in measured]
-
-
-def measured_rates(results: Path) -> dict[str, Any]:
-    """measured_rates.json's content from the benchmark results in ``results``."""
-
-    def read(name: str) -> dict[str, Any]:
-        if not (results / name).is_file():
-            raise StageError(f"{results / name} not found: the measured rates are read from the "
-                             "repository's benchmark results (run this in its root)")  # fmt: skip
-        return json.loads((results / name).read_text(encoding="utf-8"))
-
-    h200, h100 = read("train_gpu.json"), read("train_gpu_h100.json")
-    smoke, start = smoke_rates(read("smoke_time.json"))
-    senteval, load = senteval_rates(read("senteval.json"))
-    overhead = read("train_overhead.json")
-    small = re.search(r"(\d+) x (\d+) \(FFN (\d+)\)", overhead["setup"]["model"])
-    if small is None:
-        raise ValueError(
-            f"train_overhead.json: no 'L x H (FFN F)' in {overhead['setup']['model']!r}"
-        )
-    measured = [
-        *(m for path in sorted(results.glob("gpu_suite_*.json"))
-          for m in gpu_suite_steps(path.name, read(path.name))),
-        *gpu_train_steps("train_gpu.json", h200["device"], h200["runs"], "runs"),
-        *gpu_train_steps("train_gpu_h100.json", h100["device"], h100["eager"]["runs"],
-                         "eager.runs"),
-        *cpu_train_steps("train_cpu.json", read("train_cpu.json"), MINILM_L6,
-                         "ours_{p}_s_per_step"),
-        *cpu_train_steps("train_overhead.json", overhead,
-                         Architecture(*map(int, small.groups())), "ours_{p}_steps_per_s"),
-        *h100_dev_evaluations(h100),
-        *smoke,
-        *senteval,
-        mteb_rate(read("mteb_minilm.json")),
-    ]  # fmt: skip
-    rounded = [replace(m, work=significant(m.work), seconds=significant(m.seconds))
-               for m in measured]  # fmt: skip
-    return {
-        "about": ABOUT,
-        "measured": [
-            {**asdict(m), "fixed": None if m.fixed is None else significant(m.fixed)}
-            for m in with_fixed_parts(rounded)
-        ],
-        "start_up": asdict(StartUp(
-            {stage: significant(s) for stage, s in start.items()}, significant(load),
-            "smoke_time.json, each stage's median job time less its own timing; senteval.json "
-            "model_load_s per parameter",
-        )),
-    }  # fmt: skip
-
-
-def write_rates(results: Path = RESULTS, path: Path = RATES_FILE) -> Path:
-    """Regenerate measured_rates.json from the benchmark results."""
-    write_text(path, json.dumps(measured_rates(results), indent=1) + "\n")
-    return path
 
 
 # Costs
