@@ -84,6 +84,8 @@ def test_architecture_from_random_init_known_id_local_config_or_the_largest(
     assert architecture(tiny) == Architecture(layers=2, hidden=32, intermediate=64)
     assert architecture(BackboneParams(model="roberta-large")) == BERT_LARGE
     assert architecture(BackboneParams(model=minilm_path)) == Architecture(6, 384, 1536)
+    assert architecture(BackboneParams(model=minilm_path, layers=3)) == Architecture(3, 384, 1536)
+    assert architecture(BackboneParams(model="roberta-large", layers=30)) == BERT_LARGE
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"num_hidden_layers": 3, "hidden_size": 48,
                                   "intermediate_size": 96}))  # fmt: skip
