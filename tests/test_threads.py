@@ -18,33 +18,57 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 REPO = Path(__file__).resolve().parents[1]
 
 
-def planned_threads(*args: str) -> dict[str, str]:
-    """Snakemake's dry run of the committed pipeline: each rule's threads (1 when not shown)."""
+@pytest.fixture
+def gpu_visible(tmp_path: Path) -> dict[str, str]:
+    """An environment whose ``nvidia-smi -L`` lists one GPU (the machine has none)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: GPU-0)'\n")
+    smi.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    return {**env, "PATH": f"{tmp_path}{os.pathsep}{env['PATH']}"}
+
+
+def planned_jobs(*args: str, env: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
+    """Snakemake's dry run of the committed pipeline: each rule's (threads, gpu) (threads 1 when
+    not shown; gpu as its resources line gives it, "-" when the rule asks for none)."""
     out = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--forceall", *args],
-        cwd=REPO, capture_output=True, text=True, check=True,
+        cwd=REPO, capture_output=True, text=True, check=True, env=env,
     ).stdout  # fmt: skip
-    threads = {}
+    jobs = {}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         head = re.match(r"(?:local)?rule (\w+):", block)
         if head:
-            found = re.search(r"threads: (\d+)", block)
-            threads[head[1]] = found[1] if found else "1"
-    return threads
+            threads = re.search(r"threads: (\d+)", block)
+            gpu = re.search(r"\bgpu=(\d+)", block)
+            jobs[head[1]] = (threads[1] if threads else "1", gpu[1] if gpu else "-")
+    return jobs
 
 
 @pytest.mark.parametrize(
     ("cores", "gpus", "gpu_job"),
     [(4, "gpu=1", "4"), (8, "gpu=2", "4"), (1, "gpu=1", "1"), (8, "gpu_share=4", "2")],
 )
-def test_each_rule_declares_its_share_of_the_cores(cores: int, gpus: str, gpu_job: str) -> None:
+def test_each_rule_declares_its_share_of_the_cores(
+    cores: int, gpus: str, gpu_job: str, gpu_visible: dict[str, str]
+) -> None:
     """A GPU job gets cores / (GPU jobs at once) threads (``gpu=N``: one per GPU;
     ``gpu_share=N``: N sharing the GPUs), the CPU-heavy triplets and figures every core, the rest
     one: Snakemake then never runs more threads than --cores at once."""
-    threads = planned_threads("--cores", str(cores), "--resources", gpus)
-    assert threads["train"] == threads["evaluate"] == gpu_job
-    assert threads["triplets"] == threads["figures"] == str(cores)
-    assert threads["report"] == threads["download_corpus"] == "1"
+    jobs = planned_jobs("--cores", str(cores), "--resources", gpus, env=gpu_visible)
+    assert jobs["train"] == jobs["evaluate"] == (gpu_job, "1")
+    assert jobs["triplets"][0] == jobs["figures"][0] == str(cores)
+    assert jobs["report"][0] == jobs["download_corpus"][0] == "1"
+
+
+def test_without_a_gpu_the_cpu_runs_one_job_per_core() -> None:
+    """No GPU visible: train and evaluate jobs on ``train.device: auto`` run on the CPU, hold no
+    ``gpu`` and take one core each, so ``--cores 4 --resources gpu=1`` runs four at once."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # what a GPU machine hiding its GPUs looks like, too
+    jobs = planned_jobs("--cores", "4", "--resources", "gpu=1", env=env)
+    assert jobs["train"] == jobs["evaluate"] == ("1", "0")
+    assert jobs["triplets"][0] == jobs["figures"][0] == "4"
 
 
 def test_a_stage_takes_its_threads_from_the_jobs_variables() -> None:
@@ -92,7 +116,7 @@ def test_a_run_records_the_threads_it_trained_with(tmp_path: Path, shared_data: 
     assert config["execution"]["threads"] == 1
 
 
-def test_sharing_gpus_changes_no_job_s_command_or_params() -> None:
+def test_sharing_gpus_changes_no_job_s_command_or_params(gpu_visible: dict[str, str]) -> None:
     """``--resources gpu_share=N`` reaches the launcher in the environment, so a workspace
     built with ``gpu=1`` and then run shared (or back) reruns nothing."""
 
@@ -100,7 +124,7 @@ def test_sharing_gpus_changes_no_job_s_command_or_params() -> None:
         out = subprocess.run(
             [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "4",
              "--resources", resources],
-            cwd=REPO, capture_output=True, text=True, check=True,
+            cwd=REPO, capture_output=True, text=True, check=True, env=gpu_visible,
         ).stdout  # fmt: skip
         # the dry run's job order is Snakemake's to choose; the set of commands is what counts
         return sorted(line for line in out.splitlines() if "gpu-slot" in line)

@@ -2,8 +2,8 @@
 
 The preset trains a 2-layer random-init BERT (the packaged MiniLM tokenizer) for 300 steps on
 the wiki1m head sample of the shared data, two seeds, and evaluates on SentEval's STS-B. The
-local reference is `snakemake --cores 2 --resources gpu=1` (2 threads a job, as the SLURM jobs
-get); the SLURM runs use the profile of workflow/profiles/slurm unchanged (plus the settings of
+local reference is `snakemake --cores 2 --set-threads train=2 evaluate=2` (2 threads a job, as
+the SLURM jobs get); the SLURM runs use the profile of workflow/profiles/slurm unchanged (plus the settings of
 a cluster without accounting).
 """
 
@@ -57,8 +57,9 @@ def project(root: Path) -> Path:
 
 def run_pipeline(root: Path, *, slurm: bool) -> subprocess.CompletedProcess[str]:
     # a CPU's sums depend on how many threads split them (config.json records them): locally as
-    # many as the profile's SLURM jobs get (cpus_per_task: 2), one job on the "GPU" at a time
-    local = () if slurm else ("--cores", "2", "--resources", "gpu=1")
+    # many as the profile's SLURM jobs get (cpus_per_task: 2), one job at a time (a CPU job
+    # would take one: workflow/rules/rule_jobs.py, CPU_JOB_THREADS)
+    local = () if slurm else ("--cores", "2", "--set-threads", "train=2", "evaluate=2")
     return run_snakemake(
         root, root / "Snakefile", *TARGETS, *local, "--config", "params=smoke.yaml", slurm=slurm
     )

@@ -31,9 +31,9 @@ PARAMS_ARG = JOBS.params_arg
 
 # Threads: Snakemake sets a job's OMP/MKL/BLAS thread variables to its rule's `threads`, and the
 # stages take torch's, polars' and the tokenizers' threads from them (stages/__init__.py); it
-# never runs more jobs than --cores together, so jobs do not oversubscribe the machine. A GPU
-# job (train, evaluate) gets its share of the cores, a CPU-heavy one (triplets, figures) all of
-# them, the others one. A cluster executor's main process has no --cores (each job's allocation
+# never runs more jobs than --cores together, so jobs do not oversubscribe the machine. A train
+# or evaluate job on a GPU gets its share of the cores (on the CPU: CPU_JOB_THREADS), a
+# CPU-heavy one (triplets, figures) all of them, the others one. A cluster executor's main process has no --cores (each job's allocation
 # is its profile's cpus_per_task, and the job's own Snakemake, given its cores, parses again).
 try:
     CORES = workflow.cores
@@ -50,6 +50,10 @@ if GPU_SHARE:
 else:
     os.environ.pop("CSE_GPU_SHARE", None)
 GPU_JOB_THREADS = gpu_job_threads(CORES, GPU_SHARE or workflow.global_resources.get("gpu"))
+# Whether `train.device: auto` runs on a GPU: one is visible here, or a cluster executor sends
+# the jobs to GPU nodes. A job the CPU runs holds no `gpu` and takes CPU_JOB_THREADS cores
+# (rule_jobs.py), so on a machine without a GPU `--cores N` runs N of them at once.
+GPU_HERE = CORES is None or cpu_guard.visible_gpus() > 0
 
 # (not in a cluster job's own parse; a Snakemake 9 without the property is taken as main)
 if getattr(workflow, "is_main_process", True):

@@ -14,14 +14,13 @@ rule evaluate:
     conda:
         PIPELINE_ENV
     params:
-        gpu_slot=JOBS.gpu_slot,
         fingerprint=JOBS.fingerprint("{evaluation}", wildcard="experiment"),
-    threads: GPU_JOB_THREADS
+    threads: JOBS.threads("{evaluation}", "experiment", GPU_HERE, GPU_JOB_THREADS)
     resources:
-        gpu=1,
-        gpu_share=1,
+        gpu=JOBS.gpus("{evaluation}", "experiment", GPU_HERE),
+        gpu_share=JOBS.gpus("{evaluation}", "experiment", GPU_HERE),
         runtime=JOBS.runtime("{evaluation}", wildcard="experiment"),
     shell:
-        "{params.gpu_slot} python -m stages.evaluate {wildcards.evaluation} --experiment"
-        " {wildcards.experiment:q}"
+        "python -m stages.commands gpu-slot --gpus {resources.gpu} -- python -m stages.evaluate"
+        " {wildcards.evaluation} --experiment {wildcards.experiment:q}"
         "{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"

@@ -146,11 +146,24 @@ class RuleJobs:
             self.plan, self.job(stage, None, w, wildcard), attempt
         )
 
-    @staticmethod
-    def gpu_slot(wildcards: Any, resources: Any) -> str:
-        """GPU jobs run through ``cse gpu-slot`` (on a machine with several GPUs each job gets
-        devices of its own; under SLURM, or with one GPU, the command runs as is)."""
-        return f"python -m stages.commands gpu-slot --gpus {resources.gpu} --"
+    def gpus(self, stage: str, wildcard: str, gpu_here: bool) -> Callable:
+        """The GPUs the job holds: 1 where it runs on one, 0 where the CPU runs it (a train job
+        on ``train.device: cpu``, any job on ``auto`` where ``gpu_here`` is false), so that on
+        a machine without a GPU ``--resources gpu=1`` does not keep CPU jobs one at a time."""
+        return lambda w: int(on_gpu(self.device(stage, w, wildcard), gpu_here))
+
+    def threads(self, stage: str, wildcard: str, gpu_here: bool, gpu_job: int) -> Callable:
+        """A GPU job's share of the cores (``gpu_job``); a CPU job's ``CPU_JOB_THREADS``."""
+        return lambda w: gpu_job if on_gpu(self.device(stage, w, wildcard), gpu_here) else (
+            CPU_JOB_THREADS
+        )
+
+    def device(self, stage: str, wildcards: Any, wildcard: str) -> str:
+        """``train.device`` of a train job's run; ``auto`` for an evaluation (its stage encodes
+        on a GPU where one is visible, whatever device the run trained on)."""
+        if stage == "train":
+            return self.plan.runs[wildcards[wildcard]].device
+        return "auto"
 
 
 def gpu_share(global_resources: Mapping[str, Any]) -> int | None:
@@ -159,6 +172,18 @@ def gpu_share(global_resources: Mapping[str, Any]) -> int | None:
     # (Snakemake's resources answer an unset name with a Resource of value None)
     share, gpu = (getattr(r, "value", r) for r in map(global_resources.get, ("gpu_share", "gpu")))
     return int(share) if share and gpu is None else None
+
+
+# A job the CPU runs takes one core, so `--cores N` runs N of them at once: on the project's
+# 2-core machine the smoke preset took 441 s so against 758 s one job at a time on both cores
+# (process start-up, a third of each job, is single-threaded; docs/benchmarks.md, smoke preset).
+CPU_JOB_THREADS = 1
+
+
+def on_gpu(device: str, gpu_here: bool) -> bool:
+    """Whether a job on ``device`` runs on a GPU: ``cuda`` always, ``auto`` where ``gpu_here``
+    (a GPU is visible to this Snakemake, or a cluster executor sends the job to a GPU node)."""
+    return device == "cuda" or (device == "auto" and gpu_here)
 
 
 def gpu_job_threads(cores: int | None, gpus: object) -> int:

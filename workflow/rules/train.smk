@@ -12,15 +12,15 @@ rule train:
     conda:
         PIPELINE_ENV
     params:
-        gpu_slot=JOBS.gpu_slot,
         fingerprint=JOBS.fingerprint("train", wildcard="experiment"),
-    threads: GPU_JOB_THREADS
+    threads: JOBS.threads("train", "experiment", GPU_HERE, GPU_JOB_THREADS)
     resources:
-        gpu=1,
-        gpu_share=1,
+        gpu=JOBS.gpus("train", "experiment", GPU_HERE),
+        gpu_share=JOBS.gpus("train", "experiment", GPU_HERE),
         runtime=JOBS.runtime("train", wildcard="experiment"),
     shell:
-        "{params.gpu_slot} python -m stages.train {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
+        "python -m stages.commands gpu-slot --gpus {resources.gpu} -- python -m stages.train"
+        " {wildcards.experiment:q}{PARAMS_ARG} 2>&1 | (trap '' INT TERM; exec tee {log})"
 
 
 # An experiment whose run another one trains (the same settings under two names): the train
