@@ -20,12 +20,10 @@ import dataclasses
 import io
 import os
 import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,6 @@ from benchmarks.smoke_time import LOAD_SAMPLE_SECONDS, PRESET, copy_workflow
 
 PARAMS = "presets/contention.yaml"
 VERSIONS = ("before", "after")
-BUSY_LOOP = "while True: pass"
 
 
 def cut_to_ci_size(params: dict[str, Any]) -> dict[str, Any]:
@@ -68,17 +65,6 @@ def prepare(version: str, before: str, root: Path) -> None:
     (root / PARAMS).write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-@contextmanager
-def busy_processes(count: int) -> Iterator[None]:
-    processes = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for process in processes:
-            process.kill()
-            process.wait()
-
-
 def sample_load(samples: list[list[float]], stop: threading.Event) -> None:
     while not stop.wait(LOAD_SAMPLE_SECONDS):
         samples.append(harness.load_average())
@@ -102,7 +88,7 @@ def smoke_run(version: str, busy: int, args: argparse.Namespace) -> Callable[[],
             stop = threading.Event()
             threading.Thread(target=sample_load, args=(samples, stop), daemon=True).start()
             load_start = harness.load_average()
-            with busy_processes(busy), harness.stopwatch() as wall:
+            with harness.busy_processes(busy), harness.stopwatch() as wall:
                 done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
             stop.set()
             if done.returncode != 0:

@@ -193,6 +193,19 @@ def print_round(measured: Round[Any], row: Mapping[str, Any], digits: int) -> No
 # The machine and the code
 
 
+@contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """``count`` processes each keeping one core spinning in pure Python (another user's job
+    on a shared machine) while the block runs."""
+    processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
 def load_average() -> list[float]:
     """The 1, 5 and 15-minute load averages: other jobs on a shared machine slow a run down,
     and these tell a reader how busy the machine was while a figure was taken."""

@@ -1,13 +1,23 @@
 """The smoke preset end to end on this machine: each job's time, the total, and what each stage
-timed of its own work, for the dry run's estimates (stages/core/planning/estimates.py takes the
-tiny model's CPU rates from this record; tests/test_estimates.py checks the dry run's total
-against the measured one).
+timed of its own work, for the dry run's estimates (benchmarks/rates.py takes the tiny model's
+CPU rates from this record; tests/test_estimates.py checks the dry run's estimate of each job
+against the time measured), and the README's figure for the smoke run.
 
-    python -m benchmarks.smoke_time [--cores 2] [--out benchmarks/results/smoke_time.json]
+    python -m benchmarks.smoke_time [--cores 2] [--schedules NAME ...] [--out FILE]
 
-The workflow files are copied into a temporary folder (the checkout itself is never run in) and
-``snakemake --cores N --resources gpu=1 --config params=presets/smoke.yaml --quiet`` runs there
-on the shared data (``CSE_DATA_DIR``). Recorded:
+The workflow files are copied into a fresh temporary folder per schedule (the checkout itself is
+never run in) and ``snakemake --cores N --resources gpu=1 --config params=presets/smoke.yaml
+--quiet`` runs there on the shared data (``CSE_DATA_DIR``), on the CPU. The schedules, one after
+the other in one invocation:
+
+- ``one_per_core``: the command as a user runs it: each train and evaluation job on the CPU
+  takes one core, so N run at once (workflow/rules/rule_jobs.py, ``CPU_JOB_THREADS``);
+- ``one_at_a_time``: the same with ``--set-threads train=N evaluate=N``: one such job at a time
+  on every core, the schedule before CPU jobs took one core each;
+- ``one_per_core_busy``: ``one_per_core`` beside one process spinning a core in pure Python
+  (benchmarks/contention.py's), another user's job on a shared machine.
+
+Recorded, for ``one_per_core`` (the first schedule run):
 
 - each job's wall time, from Snakemake's metadata (``.snakemake/metadata``: every output's job
   start and end), per rule and in all, and the run's wall time;
@@ -15,8 +25,10 @@ on the shared data (``CSE_DATA_DIR``). Recorded:
   (``runs/<id>/metrics.json``), SentEval's encoding and classifiers per task, MTEB's encoding;
 - each train and evaluation job's start-up: its wall time less what the stage timed itself
   (process start and imports, loading model and data, writing its results);
-- the load average before, after, and every ``LOAD_SAMPLE_SECONDS`` during the run: on a
-  shared machine the figures are worth what the load lets them be.
+
+and for every schedule its wall time, its jobs' summed time and the load average every
+``LOAD_SAMPLE_SECONDS``: on a shared machine the figures are worth what the load lets them be.
+The ratios compare each schedule's wall time with ``one_per_core``'s.
 """
 
 from __future__ import annotations
@@ -167,65 +179,111 @@ def sample_load(samples: list[list[float]], stop: threading.Event) -> None:
         samples.append(harness.load_average())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=harness.RESULTS / "smoke_time.json")
-    args = parser.parse_args()
-    invocation = harness.begin(__file__)
-    command = ["snakemake", "--cores", str(args.cores), "--resources", "gpu=1",
+SCHEDULES = ("one_per_core", "one_at_a_time", "one_per_core_busy")
+
+
+def schedule_command(schedule: str, cores: int) -> list[str]:
+    command = ["snakemake", "--cores", str(cores), "--resources", "gpu=1",
                "--config", f"params={PRESET}", "--quiet"]  # fmt: skip
+    if schedule == "one_at_a_time":
+        command += ["--set-threads", f"train={cores}", f"evaluate={cores}"]
+    return command
+
+
+def run_schedule(schedule: str, cores: int, root: Path) -> dict[str, Any]:
+    """One timed Snakemake run of the smoke preset in ``root`` (a fresh folder)."""
+    command = schedule_command(schedule, cores)
     # on the CPU even where a GPU is visible: the record is the CPU's rates for the tiny model
     env = {**os.environ, "CSE_DATA_DIR": str(harness.data_dir()), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}  # fmt: skip
-    env.pop("CSE_RUNS_DIR", None)  # its runs in the copy's runs/, none taken from a store
-    with tempfile.TemporaryDirectory(prefix="smoke_time_") as tmp:
-        root = Path(tmp)
-        copy_workflow(root)
-        samples: list[list[float]] = []
-        stop = threading.Event()
-        sampler = threading.Thread(target=sample_load, args=(samples, stop), daemon=True)
-        sampler.start()
-        with harness.stopwatch() as wall:
-            done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
-        stop.set()
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-4000:]}{done.stderr}")
-        plan = plan_experiments(load_params(root / PRESET))
-        jobs = job_times(read_metadata(root))
-        start = min(job["start"] for job in jobs)
-        estimated: list[dict[str, Any]] = []
-        for job in jobs:
-            job["start_offset_s"] = job.pop("start") - start
-            del job["end"]
-            found = experiment_output(job)
-            if job["rule"] in ESTIMATED_RULES and found is not None:
-                experiment, stage = found
-                timed = self_timed(root, experiment, stage, plan.runs)
-                job.update(
-                    experiment=experiment,
-                    stage=stage,
-                    backbone=plan.experiment(experiment).backbone,
-                    self_timed=timed,
-                    start_up_s=job["seconds"] - timed["seconds"],
-                )
-                estimated.append(job)
-        result = {
-            "preset": PRESET,
-            "command": " ".join(command),
-            "cores": args.cores,
-            "model": tiny_model(plan.params),
-            "wall_s": wall.seconds,
-            "jobs_s": sum(job["seconds"] for job in jobs),
-            # the jobs the dry run estimates (train and evaluations): its total's counterpart
-            "estimated_jobs_s": sum(job["seconds"] for job in estimated),
-            "load_average_during": samples,
-            "rules": per_rule(jobs),
-            "jobs": jobs,
-        }  # fmt: skip
+    # its runs in the copy's runs/, none taken from a store; each job's threads the workflow's
+    for variable in ("CSE_RUNS_DIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.pop(variable, None)
+    copy_workflow(root)
+    samples: list[list[float]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_load, args=(samples, stop), daemon=True)
+    sampler.start()
+    load_start = harness.load_average()
+    busy = 1 if schedule.endswith("_busy") else 0
+    with harness.busy_processes(busy), harness.stopwatch() as wall:
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+    stop.set()
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-4000:]}{done.stderr}")
+    jobs = job_times(read_metadata(root))
+    print(f"{schedule}: {len(jobs)} jobs in {wall.seconds:.0f} s (load {load_start[0]:.2f} at "
+          "start)", flush=True)  # fmt: skip
+    return {"command": " ".join(command), "busy_processes": busy, "wall_s": wall.seconds,
+            "jobs_s": sum(job["seconds"] for job in jobs), "load_average_start": load_start,
+            "load_average_during": samples, "jobs": jobs}  # fmt: skip
+
+
+def job_record(root: Path, jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """The jobs with their start offsets and, for train and evaluation jobs, what the stage timed
+    itself and the start-up; and those jobs' summed time (what the dry run estimates)."""
+    plan = plan_experiments(load_params(root / PRESET))
+    start = min(job["start"] for job in jobs)
+    estimated = 0.0
+    for job in jobs:
+        job["start_offset_s"] = job.pop("start") - start
+        del job["end"]
+        found = experiment_output(job)
+        if job["rule"] in ESTIMATED_RULES and found is not None:
+            experiment, stage = found
+            timed = self_timed(root, experiment, stage, plan.runs)
+            job.update(
+                experiment=experiment,
+                stage=stage,
+                backbone=plan.experiment(experiment).backbone,
+                self_timed=timed,
+                start_up_s=job["seconds"] - timed["seconds"],
+            )
+            estimated += job["seconds"]
+    return jobs, estimated
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--schedules", nargs="+", choices=SCHEDULES, default=list(SCHEDULES),
+                        help="the first one's jobs are recorded in detail")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=harness.RESULTS / "smoke_time.json")
+    args = parser.parse_args()
+    invocation = harness.begin(__file__)
+    schedules: dict[str, dict[str, Any]] = {}
+    for schedule in args.schedules:
+        with tempfile.TemporaryDirectory(prefix=f"smoke_time_{schedule}_") as tmp:
+            root = Path(tmp)
+            schedules[schedule] = run_schedule(schedule, args.cores, root)
+            if schedule == args.schedules[0]:
+                detailed = schedules[schedule]
+                jobs, estimated = job_record(root, detailed.pop("jobs"))
+                model = tiny_model(load_params(root / PRESET))
+            else:
+                del schedules[schedule]["jobs"]
+    first = args.schedules[0]
+    result = {
+        "preset": PRESET,
+        "schedule": first,
+        "command": detailed["command"],
+        "cores": args.cores,
+        "model": model,
+        "wall_s": detailed["wall_s"],
+        "jobs_s": detailed["jobs_s"],
+        # the jobs the dry run estimates (train and evaluations): its total's counterpart
+        "estimated_jobs_s": estimated,
+        "load_average_during": detailed["load_average_during"],
+        "rules": per_rule(jobs),
+        "jobs": jobs,
+        "schedules": schedules,
+        "wall_over_first": {
+            name: run["wall_s"] / detailed["wall_s"] for name, run in schedules.items()
+        },
+    }
     harness.write_result(args.out, result, invocation)
-    print(f"{len(jobs)} jobs in {wall.seconds:.0f} s; the estimated ones (train, evaluations) "
-          f"{result['estimated_jobs_s']:.0f} s summed")  # fmt: skip
+    print(", ".join(f"{name} {ratio:.2f}x" for name, ratio in result["wall_over_first"].items())
+          + f" the wall time of {first}")  # fmt: skip
 
 
 if __name__ == "__main__":
