@@ -1,13 +1,12 @@
-"""Calibrate stages/core/planning/estimates.py: measured seconds per SimCSE training step on this
-machine.
+"""Seconds per SimCSE training step on this machine for several encoder sizes, and the fit
+seconds = overhead + FLOPs / rate by least squares.
 
     python -m benchmarks.step_throughput [--device cpu|cuda] [--steps 10] [--out PATH]
 
 Times full training steps (two dropout views through a randomly initialised BERT encoder, InfoNCE,
-backward, AdamW) for several encoder sizes, then fits the cost model of
-stages/core/planning/estimates.py, seconds = overhead + FLOPs / rate, by least squares. The fitted
-rate and per-step overhead are what a ``Hardware`` entry holds; the per-size rows show how well the
-model fits. Writes benchmarks/results/step_throughput_<device>.json."""
+backward, AdamW) with a bare loop, not the stage's trainer; the per-size rows show how well the
+fit holds. No estimate reads its record (benchmarks/rates.py says why). Writes
+benchmarks/results/step_throughput_<device>.json."""
 
 from __future__ import annotations
 
