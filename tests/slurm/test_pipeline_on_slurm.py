@@ -3,8 +3,8 @@
 The preset trains a 2-layer random-init BERT (the packaged MiniLM tokenizer) for 300 steps on
 the wiki1m head sample of the shared data, two seeds, and evaluates on SentEval's STS-B. The
 local reference is `snakemake --cores 2 --set-threads train=2 evaluate=2` (2 threads a job, as
-the SLURM jobs get); the SLURM runs use the profile of workflow/profiles/slurm unchanged (plus the settings of
-a cluster without accounting).
+the SLURM jobs get); the SLURM runs use the profile of workflow/profiles/slurm unchanged (plus
+the settings of a cluster without accounting).
 """
 
 from __future__ import annotations

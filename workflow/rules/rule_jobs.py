@@ -154,8 +154,8 @@ class RuleJobs:
 
     def threads(self, stage: str, wildcard: str, gpu_here: bool, gpu_job: int) -> Callable:
         """A GPU job's share of the cores (``gpu_job``); a CPU job's ``CPU_JOB_THREADS``."""
-        return lambda w: gpu_job if on_gpu(self.device(stage, w, wildcard), gpu_here) else (
-            CPU_JOB_THREADS
+        return lambda w: (
+            gpu_job if on_gpu(self.device(stage, w, wildcard), gpu_here) else (CPU_JOB_THREADS)
         )
 
     def device(self, stage: str, wildcards: Any, wildcard: str) -> str:
