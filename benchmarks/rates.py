@@ -60,6 +60,7 @@ from stages.core.planning.estimates import (
     encode_flops,
     padded_length,
     train_step_flops,
+    train_step_variant,
 )
 from stages.core.storage.atomic import write_text
 
@@ -183,8 +184,9 @@ def classifier_step(task: str, mode: str, dim: int, seconds: float, record: str)
 
 def smoke_rates(data: dict[str, Any]) -> tuple[list[Measured], dict[str, float]]:
     """benchmarks/smoke_time.py's record: the tiny model's rates on the CPU from what each
-    stage timed itself (medians over the preset's runs and evaluations), and each stage's
-    start-up (its job's wall time less that)."""
+    stage timed itself (medians over the preset's runs and evaluations), each stage's start-up
+    (its job's wall time less that), and the encoding and classifier rates of the preset's real
+    encoder (its baseline), measured as users run the jobs: one per core."""
     model = data["model"]
     arch = Architecture(model["layers"], model["hidden"], model["intermediate"])
     shape = f"{arch.layers} x {arch.hidden} random BERT"
@@ -195,43 +197,73 @@ def smoke_rates(data: dict[str, Any]) -> tuple[list[Measured], dict[str, float]]
     plain = [r for r in by_stage["train"] if not (r["sam"] or r["triplets"])]
     step = statistics.median((r["seconds"] - sum(r["eval_s"])) / r["steps"] for r in plain)
     dev = statistics.median(s / STSB_DEV_SENTENCES for r in by_stage["train"] for s in r["eval_s"])
-    encode = statistics.median(
-        sum(t["encode_s"] for t in r["tasks"].values())
-        / sum(SENTEVAL_SENTENCES[name] for name in r["tasks"])
-        for r in by_stage["senteval"]
-    )
-    mteb = statistics.median(r["encode_s"] / r["texts_encoded"] for r in by_stage["mteb"])
-    transfer = sorted(
-        {name for r in by_stage["senteval"] for name in r["tasks"]} & set(TRANSFER_TASKS)
-    )
-    file, flops = "smoke_time.json", encode_flops(arch)
+    file = "smoke_time.json"
     train_flops = train_step_flops(
         arch, model["batch_size"], padded_length(model["max_seq_length"])
     )
-    classifiers = {
-        name: statistics.median(r["tasks"][name]["classifier_s"] for r in by_stage["senteval"])
-        for name in transfer
-    }
-    mode = model["senteval_mode"]
     measured = [
         Measured("train_step", "cpu", model["precision"], train_flops, step,
                  f"{file} plain runs' median ({shape}, batch {model['batch_size']}: "
                  f"{step:.3g} s/step)"),
-        Measured("dev_encode", "cpu", "fp32", flops, dev,
+        Measured("dev_encode", "cpu", "fp32", encode_flops(arch), dev,
                  f"{file} dev evaluations' median ({shape}: {dev * 1e3:.3g} ms/sentence)"),
-        Measured("encode", "cpu", "fp32", flops, encode,
-                 f"{file} SentEval jobs' median ({shape}: {encode * 1e3:.3g} ms/sentence)"),
-        Measured("mteb_encode", "cpu", "fp32", flops, mteb,
-                 f"{file} MTEB jobs' median ({shape}: {mteb * 1e3:.3g} ms/sentence)"),
-        *(classifier_step(name, mode, arch.hidden, seconds,
-                          f"{file} SentEval jobs' median {name} classifiers ({shape}, {mode})")
-          for name, seconds in classifiers.items()),
+        *evaluation_rates(by_stage, arch, shape, model["senteval_mode"]),
     ]  # fmt: skip
+    variants: dict[str, list[float]] = {}
+    for r in by_stage["train"]:
+        if r["sam"] or r["triplets"]:
+            seconds = (r["seconds"] - sum(r["eval_s"])) / r["steps"]
+            variants.setdefault(train_step_variant(r["sam"], r["triplets"]), []).append(seconds)
+    for variant, seconds in sorted(variants.items()):
+        median = statistics.median(seconds)
+        work = train_flops * ((2 + 3) / 2 if variant.endswith("+triplets") else 1)
+        measured.append(Measured(variant, "cpu", model["precision"], work, median,
+                                 f"{file} {variant} runs' median ({shape}, batch "
+                                 f"{model['batch_size']}: {median:.3g} s/step)"))  # fmt: skip
+    for name, layers in data.get("other_backbones", {}).items():
+        other = Architecture(**layers)
+        timed = {stage: [job["self_timed"] for job in data["jobs"]
+                         if job.get("backbone") == name and job.get("stage") == stage]
+                 for stage in ("senteval", "mteb")}  # fmt: skip
+        described = f"{name}, {other.layers} x {other.hidden}, one job per core"
+        measured += evaluation_rates(timed, other, described, model["senteval_mode"])
     start = {
         stage: statistics.median(job["start_up_s"] for job in jobs if job["stage"] == stage)
         for stage in by_stage
     }
     return measured, start
+
+
+def evaluation_rates(
+    by_stage: dict[str, list[dict[str, Any]]], arch: Architecture, shape: str, mode: str
+) -> list[Measured]:
+    """SentEval's encoding and classifiers and MTEB's encoding of one encoder in smoke_time's
+    record (medians over its jobs; a stage it has no job of gives none)."""
+    file, flops, measured = "smoke_time.json", encode_flops(arch), []
+    if by_stage["senteval"]:
+        encode = statistics.median(
+            sum(t["encode_s"] for t in r["tasks"].values())
+            / sum(SENTEVAL_SENTENCES[name] for name in r["tasks"])
+            for r in by_stage["senteval"]
+        )
+        measured.append(Measured("encode", "cpu", "fp32", flops, encode,
+                                 f"{file} SentEval jobs' median ({shape}: "
+                                 f"{encode * 1e3:.3g} ms/sentence)"))  # fmt: skip
+        transfer = sorted(
+            {name for r in by_stage["senteval"] for name in r["tasks"]} & set(TRANSFER_TASKS)
+        )
+        for name in transfer:
+            runs = by_stage["senteval"]
+            seconds = statistics.median(r["tasks"][name]["classifier_s"] for r in runs)
+            measured.append(classifier_step(
+                name, mode, arch.hidden, seconds,
+                f"{file} SentEval jobs' median {name} classifiers ({shape}, {mode})"))  # fmt: skip
+    if by_stage["mteb"]:
+        mteb = statistics.median(r["encode_s"] / r["texts_encoded"] for r in by_stage["mteb"])
+        measured.append(Measured("mteb_encode", "cpu", "fp32", flops, mteb,
+                                 f"{file} MTEB jobs' median ({shape}: "
+                                 f"{mteb * 1e3:.3g} ms/sentence)"))  # fmt: skip
+    return measured
 
 
 def senteval_rates(data: dict[str, Any]) -> tuple[list[Measured], float]:

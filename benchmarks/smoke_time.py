@@ -43,11 +43,13 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from benchmarks import harness
 from stages.core.identity.experiments import Run, plan_experiments
+from stages.core.planning.estimates import architecture
 from stages.core.schema.params import Params, load_params
 
 PRESET = "presets/smoke.yaml"
@@ -164,6 +166,14 @@ def tiny_model(params: Params) -> dict[str, Any]:
     raise SystemExit(f"{PRESET}: no randomly initialised backbone (the tiny model)")
 
 
+def other_backbones(params: Params, tiny: str) -> dict[str, dict[str, int]]:
+    """The layer shapes of the preset's other backbones (the baseline's pretrained MiniLM):
+    its jobs' rates are those of a real encoder, one job per core as users run them."""
+    return {
+        name: asdict(architecture(spec)) for name, spec in params.backbones.items() if name != tiny
+    }
+
+
 def per_rule(jobs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     rules: dict[str, list[float]] = {}
     for job in jobs:
@@ -259,7 +269,9 @@ def main() -> None:
             if schedule == args.schedules[0]:
                 detailed = schedules[schedule]
                 jobs, estimated = job_record(root, detailed.pop("jobs"))
-                model = tiny_model(load_params(root / PRESET))
+                params = load_params(root / PRESET)
+                model = tiny_model(params)
+                others = other_backbones(params, model["backbone"])
             else:
                 del schedules[schedule]["jobs"]
     first = args.schedules[0]
@@ -269,6 +281,7 @@ def main() -> None:
         "command": detailed["command"],
         "cores": args.cores,
         "model": model,
+        "other_backbones": others,
         "wall_s": detailed["wall_s"],
         "jobs_s": detailed["jobs_s"],
         # the jobs the dry run estimates (train and evaluations): its total's counterpart

@@ -25,6 +25,8 @@ from stages.core.planning.estimates import (
     WIKI_BATCH_LONGEST_TOKENS,
     Architecture,
     Machine,
+    Measured,
+    Rates,
     architecture,
     classifier_work,
     dry_run,
@@ -37,6 +39,7 @@ from stages.core.planning.estimates import (
     timing,
     train_cost,
     train_step_flops,
+    train_step_variant,
     train_steps,
 )
 from stages.core.planning.jobs import build_jobs
@@ -167,6 +170,26 @@ def test_an_epoch_of_bert_base_costs_its_measured_steps_and_dev_evaluations() ->
     dev = 126 * sorted(h100[0]["eval_seconds"])[2]
     assert steps + dev < cost.seconds < steps + dev + 120
     assert any("STS-B dev evaluation" in line for line in cost.basis)
+
+
+def test_a_measured_sam_and_triplets_step_is_taken_as_a_whole() -> None:
+    """ArcCSE's step (SAM's two passes, the triplets' own forward) measured on the tiny model is
+    taken as measured there; where only plain steps were measured (a GPU), the multiples are
+    applied to a plain step's rate and the dry run says so."""
+    params = load_params(REPO / "presets" / "smoke.yaml")
+    settings = params.resolve("arccse", "tiny-bert")
+    arch = architecture(params.backbones["tiny-bert"])
+    flops = train_step_flops(arch, 16, padded_length(32)) * (2 + 3) / 2
+    variant = train_step_variant(sam=True, triplets=True)
+    measured = Measured(variant, "cpu", "fp32", flops, 0.5, "a record of ArcCSE's step")
+    rates = recorded_rates()
+    rates = Rates((*(m for m in rates.measured if m.what != variant), measured), rates.start_up)
+    on_cpu = train_cost(params, settings, arch, "cpu", rates)
+    step_line = next(line for line in on_cpu.basis if line.startswith("train step"))
+    assert "a record of ArcCSE's step, as measured" in step_line and "x2 SAM" not in step_line
+    assert on_cpu.seconds > 0.5 * train_steps(params, settings)
+    on_gpu = train_cost(params, settings, arch, "h100", rates)
+    assert any("x2 SAM" in line for line in on_gpu.basis)
 
 
 def test_bigger_models_and_sam_cost_more() -> None:
