@@ -17,7 +17,7 @@ from stages.core.identity.experiments import Plan, plan_experiments
 from stages.core.planning.estimates import Machine, dry_run, in_all
 from stages.core.schema.params import parse_params
 
-CPU_HOURS_LIMIT = 48.0  # the smoke preset: 0.2 (14 CPU-minutes); params.yaml: about 500
+CPU_HOURS_LIMIT = 48.0  # the smoke preset: 0.2 (10 CPU-minutes); params.yaml: about 500
 FORCE_VARIABLE = "CSE_ALLOW_CPU"
 
 
