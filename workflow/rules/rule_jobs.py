@@ -154,9 +154,12 @@ class RuleJobs:
 
     def threads(self, stage: str, wildcard: str, gpu_here: bool, gpu_job: int) -> Callable:
         """A GPU job's share of the cores (``gpu_job``); a CPU job's ``CPU_JOB_THREADS``."""
-        return lambda w: (
-            gpu_job if on_gpu(self.device(stage, w, wildcard), gpu_here) else (CPU_JOB_THREADS)
-        )
+
+        def threads(w: Any) -> int:
+            on = on_gpu(self.device(stage, w, wildcard), gpu_here)
+            return gpu_job if on else CPU_JOB_THREADS
+
+        return threads
 
     def device(self, stage: str, wildcards: Any, wildcard: str) -> str:
         """``train.device`` of a train job's run; ``auto`` for an evaluation (its stage encodes
@@ -175,8 +178,8 @@ def gpu_share(global_resources: Mapping[str, Any]) -> int | None:
 
 
 # A job the CPU runs takes one core, so `--cores N` runs N of them at once: on the project's
-# 2-core machine the smoke preset took 441 s so against 758 s one job at a time on both cores
-# (process start-up, a third of each job, is single-threaded; docs/benchmarks.md, smoke preset).
+# 2-core machine the smoke preset took 380 s so against 533 s one job at a time on both cores
+# (process start-up, most of a small job, is single-threaded; docs/benchmarks.md, smoke preset).
 CPU_JOB_THREADS = 1
 
 
