@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from benchmarks import harness
-from benchmarks.smoke_time import LOAD_SAMPLE_SECONDS, PRESET, copy_workflow
+from benchmarks.smoke_time import PRESET, copy_workflow, sample_load
 
 PARAMS = "presets/contention.yaml"
 VERSIONS = ("before", "after")
@@ -63,11 +63,6 @@ def prepare(version: str, before: str, root: Path) -> None:
         copy_workflow(root)
     params = cut_to_ci_size(yaml.safe_load((root / PRESET).read_text()))
     (root / PARAMS).write_text(yaml.safe_dump(params, sort_keys=False))
-
-
-def sample_load(samples: list[list[float]], stop: threading.Event) -> None:
-    while not stop.wait(LOAD_SAMPLE_SECONDS):
-        samples.append(harness.load_average())
 
 
 def smoke_run(version: str, busy: int, args: argparse.Namespace) -> Callable[[], dict[str, Any]]:
